@@ -1,0 +1,163 @@
+package nft
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Expr is one expression of a rule: a match (the rule continues only if it holds) or a statement
+// (it acts on the packet). Only the types in this file implement it: the kernel codec, the fake and
+// the text renderer each know every one of them, so callers never build raw bytecode.
+type Expr interface{ isExpr() }
+
+// Field is a packet or metadata field a match or a key reads. Address fields follow the table's
+// family (ip saddr in an ip table, ip6 saddr in an ip6 table).
+type Field uint8
+
+// Fields.
+const (
+	FieldInvalid Field = iota
+	FieldSaddr         // ip saddr / ip6 saddr
+	FieldDaddr         // ip daddr / ip6 daddr
+	FieldL4Proto       // meta l4proto
+	FieldSport         // th sport
+	FieldDport         // th dport
+	FieldMark          // meta mark
+)
+
+// Type returns the field's key type in a table of family f.
+func (fl Field) Type(f Family) Type {
+	switch fl {
+	case FieldSaddr, FieldDaddr:
+		return f.AddrType()
+	case FieldL4Proto:
+		return TypeInetProto
+	case FieldSport, FieldDport:
+		return TypeInetService
+	case FieldMark:
+		return TypeMark
+	}
+	return TypeInvalid
+}
+
+// Cmp matches when Field equals Value (differs, with Neg): "ip daddr 198.18.0.1", "meta l4proto tcp".
+type Cmp struct {
+	Field Field
+	Neg   bool
+	Value Value
+}
+
+// CmpPrefix matches when an address field lies in Prefix (outside it, with Neg):
+// "ip saddr != 198.18.0.0/15".
+type CmpPrefix struct {
+	Field  Field
+	Neg    bool
+	Prefix netip.Prefix
+}
+
+// CmpSet matches when the concatenation of Fields is an element of the named set (is not, with
+// Neg): "ip daddr @cluster-ips", "ip saddr . ip daddr @hairpin".
+type CmpSet struct {
+	Fields []Field
+	Neg    bool
+	Set    string
+}
+
+// VMap looks the concatenation of Fields up in a verdict map and takes the element's verdict;
+// without a match the rule does nothing: "ip daddr . meta l4proto . th dport vmap @service-ips".
+type VMap struct {
+	Fields []Field
+	Map    string
+}
+
+// MarkTest matches "meta mark & Mask != 0" (NonZero) or "meta mark & Mask == 0".
+type MarkTest struct {
+	Mask    uint32
+	NonZero bool
+}
+
+// Conntrack state bits (ct state), as the kernel defines them.
+const (
+	CtStateInvalid     uint32 = 1
+	CtStateEstablished uint32 = 2
+	CtStateRelated     uint32 = 4
+	CtStateNew         uint32 = 8
+	CtStateUntracked   uint32 = 64
+)
+
+// Conntrack status bits (ct status) used by nftproxy.
+const (
+	CtStatusSNAT uint32 = 0x10
+	CtStatusDNAT uint32 = 0x20
+)
+
+// CtState matches when the connection's state is any of the bits in Mask: "ct state new".
+type CtState struct{ Mask uint32 }
+
+// CtStatus matches when any of the status bits in Mask is set: "ct status dnat".
+type CtStatus struct{ Mask uint32 }
+
+// FibAddrType matches on the routing type of the destination (Daddr) or source address:
+// "fib daddr type local" (RTN_LOCAL, with Local) or its negation (Neg).
+type FibAddrType struct {
+	Daddr bool
+	Neg   bool
+}
+
+// MarkOr sets bits: "meta mark set meta mark | 0x00004000".
+type MarkOr struct{ Bits uint32 }
+
+// MarkXor flips bits (clears bits known to be set): "meta mark set meta mark ^ 0x00004000".
+type MarkXor struct{ Bits uint32 }
+
+// Masquerade rewrites the source to the outgoing interface's address.
+type Masquerade struct{ FullyRandom bool }
+
+// DNAT rewrites the destination to Addr, and to Port unless Port is 0 (the port is then kept).
+type DNAT struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+// DNATNumgen picks an endpoint at random: "dnat to numgen random mod N map @m". The map is keyed by
+// integer 0..N-1; its data is an address (WithPort false: the destination port is kept) or
+// "address . inet_service" (WithPort true).
+type DNATNumgen struct {
+	Modulus  uint32
+	Map      string
+	WithPort bool
+}
+
+// Reject answers the packet: a TCP reset (TCPReset) or an ICMP/ICMPv6 port unreachable.
+type Reject struct{ TCPReset bool }
+
+// SetUpdate adds (or refreshes) the concatenation of Fields in a dynamic set from the packet path:
+// "update @affinity { ip saddr }". Timeout 0 uses the set's default.
+type SetUpdate struct {
+	Fields  []Field
+	Set     string
+	Timeout time.Duration
+}
+
+func (Cmp) isExpr()         {}
+func (CmpPrefix) isExpr()   {}
+func (CmpSet) isExpr()      {}
+func (VMap) isExpr()        {}
+func (MarkTest) isExpr()    {}
+func (CtState) isExpr()     {}
+func (CtStatus) isExpr()    {}
+func (FibAddrType) isExpr() {}
+func (MarkOr) isExpr()      {}
+func (MarkXor) isExpr()     {}
+func (Masquerade) isExpr()  {}
+func (DNAT) isExpr()        {}
+func (DNATNumgen) isExpr()  {}
+func (Reject) isExpr()      {}
+func (SetUpdate) isExpr()   {}
+func (Verdict) isExpr()     {}
+
+// Unknown stands for kernel bytecode that matches none of the shapes above (someone else wrote
+// it into our table). It is only ever read back, never sent.
+type Unknown struct{ Description string }
+
+func (Unknown) isExpr() {}

@@ -1,0 +1,142 @@
+// Package model holds nftproxy's validated view of the cluster: one ServicePort per port (or port
+// range, or all-ports entry) of each Service, with its endpoints already resolved to addresses and
+// ports, and the node it runs on. Sources (manifest files, informers) feed Kubernetes objects in;
+// the ruleset builder reads this model out. Nothing here knows about nftables.
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Protocol is a Service port protocol.
+type Protocol string
+
+// Protocols.
+const (
+	TCP  Protocol = "TCP"
+	UDP  Protocol = "UDP"
+	SCTP Protocol = "SCTP"
+)
+
+// Lower returns the protocol as nft and chain names spell it ("tcp").
+func (p Protocol) Lower() string {
+	switch p {
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	case SCTP:
+		return "sctp"
+	}
+	return string(p)
+}
+
+// ServiceKey names a Service.
+type ServiceKey struct {
+	Namespace string
+	Name      string
+}
+
+// String returns "namespace/name".
+func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
+
+// PortName names one port of a Service. String returns "ns/name/tcp/portname", the form used in
+// chain names and comments.
+type PortName struct {
+	Service  ServiceKey
+	Port     string // the ServicePort's name; may be empty for a single unnamed port
+	Protocol Protocol
+}
+
+// String returns "ns/name/tcp/portname".
+func (p PortName) String() string {
+	return fmt.Sprintf("%s/%s/%s", p.Service, p.Protocol.Lower(), p.Port)
+}
+
+// Endpoint is one backend of one ServicePort.
+type Endpoint struct {
+	Addr netip.Addr
+	// Port is the resolved target port. 0 for range and all-ports Services: the destination port
+	// of the packet is kept.
+	Port        uint16
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	NodeName    string
+	Zone        string
+	// ZoneHints are the EndpointSlice topology hints (forZones).
+	ZoneHints []string
+}
+
+// ServicePort is one port of a Service as nftproxy programs it, for one IP family's addresses
+// or both (each address carries its family).
+type ServicePort struct {
+	Name PortName
+	// Port is the service port; with a port range, the first port of the range.
+	Port uint16
+	// PortEnd is the last port of a range (inclusive); equal to Port for a single port.
+	PortEnd uint16
+	// AllPorts: every port of Name.Protocol on the ClusterIPs and LoadBalancerIPs is forwarded
+	// (Port and PortEnd are 0).
+	AllPorts bool
+	// TargetPort is the numeric target port, or 0 when TargetPortName is set (resolved per
+	// endpoint) or when the port is kept (ranges, all-ports).
+	TargetPort     uint16
+	TargetPortName string
+	// NodePort and NodePortEnd (inclusive) are the node port or node-port block; 0 if none.
+	NodePort    uint16
+	NodePortEnd uint16
+
+	ClusterIPs               []netip.Addr
+	ExternalIPs              []netip.Addr
+	LoadBalancerIPs          []netip.Addr
+	LoadBalancerSourceRanges []netip.Prefix
+
+	ExternalTrafficLocal bool // externalTrafficPolicy: Local
+	InternalTrafficLocal bool // internalTrafficPolicy: Local
+	HealthCheckNodePort  uint16
+	// AffinityTimeout is the ClientIP session affinity timeout; 0 means no affinity.
+	AffinityTimeout time.Duration
+	// PreferClose: trafficDistribution PreferClose (same-zone endpoints first).
+	PreferClose bool
+
+	Endpoints []Endpoint
+}
+
+// IsRange reports whether the port covers more than one port.
+func (p *ServicePort) IsRange() bool { return !p.AllPorts && p.PortEnd > p.Port }
+
+// Rejection says why a Service was not programmed. Reason is a short stable label (used as a
+// metric label); Message is the full sentence for logs and Events.
+type Rejection struct {
+	Reason  string
+	Message string
+}
+
+// Error returns the message.
+func (r *Rejection) Error() string { return r.Message }
+
+// Service is one Service as the model holds it: its ports, or why it was rejected.
+type Service struct {
+	Key   ServiceKey
+	Ports []ServicePort
+	// Rejected is set when validation failed; Ports is then empty and nothing is programmed.
+	Rejected *Rejection
+}
+
+// Node is the node nftproxy runs on.
+type Node struct {
+	Name      string
+	Addresses []netip.Addr
+	Labels    map[string]string
+}
+
+// Zone returns the node's topology.kubernetes.io/zone label ("" if unset).
+func (n *Node) Zone() string {
+	if n == nil {
+		return ""
+	}
+	return n.Labels["topology.kubernetes.io/zone"]
+}
