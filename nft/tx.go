@@ -44,30 +44,39 @@ func (*Set) objectKind() string      { return "set" }
 func (*Element) objectKind() string  { return "element" }
 func (*Rule) objectKind() string     { return "rule" }
 
-// Op is one operation of a transaction.
+// Op is one operation of a transaction, on an object of Table.
 type Op struct {
 	Verb   Verb
+	Table  Table
 	Object Object
 }
 
-// Transaction is an ordered list of operations on one table. Apply sends it as one netlink batch:
-// the kernel commits all of it or none of it.
+// Transaction is an ordered list of operations. Apply sends it as one netlink batch: the kernel
+// commits all of it or none of it. Each Op carries its table, so one transaction can change the
+// ip and the ip6 table together; Add, Delete and Flush record the transaction's current Table.
 type Transaction struct {
+	// Table is the table the next Add/Delete/Flush acts on. Set it to switch tables.
 	Table Table
 	Ops   []Op
 }
 
-// NewTransaction starts an empty transaction on table t.
+// NewTransaction starts an empty transaction whose operations act on table t.
 func NewTransaction(t Table) *Transaction { return &Transaction{Table: t} }
 
 // Add appends an add operation. Rules are appended to the end of their chain.
-func (tx *Transaction) Add(o Object) { tx.Ops = append(tx.Ops, Op{Verb: VerbAdd, Object: o}) }
+func (tx *Transaction) Add(o Object) {
+	tx.Ops = append(tx.Ops, Op{Verb: VerbAdd, Table: tx.Table, Object: o})
+}
 
 // Delete appends a delete operation. A rule is deleted by its Handle; a table, chain or set by name.
-func (tx *Transaction) Delete(o Object) { tx.Ops = append(tx.Ops, Op{Verb: VerbDelete, Object: o}) }
+func (tx *Transaction) Delete(o Object) {
+	tx.Ops = append(tx.Ops, Op{Verb: VerbDelete, Table: tx.Table, Object: o})
+}
 
 // Flush appends a flush of a chain (*Chain) or of a set (*Set).
-func (tx *Transaction) Flush(o Object) { tx.Ops = append(tx.Ops, Op{Verb: VerbFlush, Object: o}) }
+func (tx *Transaction) Flush(o Object) {
+	tx.Ops = append(tx.Ops, Op{Verb: VerbFlush, Table: tx.Table, Object: o})
+}
 
 // Len is the number of operations.
 func (tx *Transaction) Len() int { return len(tx.Ops) }

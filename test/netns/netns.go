@@ -23,10 +23,13 @@ type NS struct {
 }
 
 // Skip skips t unless the process can create network namespaces (root with CAP_SYS_ADMIN) and
-// the `ip` command exists. Tests that touch the kernel call it first, so `go test` as a normal
-// user still runs the pure tests.
+// the `ip` command exists, or when NFTPROXY_UNIT_ONLY is set (`make unit`). Tests that touch the
+// kernel call it first, so `go test` as a normal user still runs the pure tests.
 func Skip(t testing.TB) {
 	t.Helper()
+	if os.Getenv("NFTPROXY_UNIT_ONLY") != "" {
+		t.Skip("NFTPROXY_UNIT_ONLY is set: kernel tiers skipped")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces")
 	}

@@ -1,0 +1,42 @@
+# Entry points. CI (.ci/run) calls `make test`, the same command the README gives.
+GO      ?= go
+BIN     := bin/nftproxy
+PKGS    := ./...
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
+
+.PHONY: all build test unit lint e2e bench bench-quick demo clean
+
+all: build
+
+## build: the nftproxy binary (static, no cgo)
+build:
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nftproxy
+
+## lint: gofmt and go vet
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## unit: pure tests only (no root, no kernel)
+unit:
+	NFTPROXY_UNIT_ONLY=1 $(GO) test -race -count=1 $(PKGS)
+
+## test: every tier that runs on this machine (unit, kernel, data-plane e2e); needs root
+test: lint build
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## e2e: only the packet-level end-to-end tier
+e2e: build
+	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
+
+## bench: benchmarks and the report
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 5 -timeout 120m ./bench/... | tee bench/last-run.txt
+
+## demo: the main job on the embedded default, in a lab of network namespaces (needs root)
+demo: build
+	$(GO) run ./test/demo -nftproxy $(BIN) -manifests deploy/examples
+
+clean:
+	rm -rf bin
