@@ -145,6 +145,12 @@ type Set struct {
 	// Dynamic lets rules add elements from the packet path (update @set { ... }).
 	Dynamic bool
 	Comment string
+	// NumgenKey, when non-zero, says the key is the result of "numgen random mod NumgenKey"
+	// (Key must be []Type{TypeInteger}) and Data is an address, or "address . inet_service".
+	// nft can list and re-read an integer-keyed map only in its typeof form
+	// ("typeof numgen random mod 2 : ip daddr . th dport"), so the kernel layer records those
+	// typeof expressions in the set's userdata exactly as nft does (see typeof.go).
+	NumgenKey uint32
 }
 
 // IsMap reports whether the set maps keys to values.
