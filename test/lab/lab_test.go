@@ -1,0 +1,297 @@
+package lab
+
+import (
+	"context"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// testTimeout bounds every test's probes together, so a broken lab fails instead of hanging.
+const testTimeout = time.Minute
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func hostPort(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// TestDirectPaths proves routing without any nftables rule: every host reaches every pod through
+// the node, and the pod sees the sender's real address.
+func TestDirectPaths(t *testing.T) {
+	l := New(t, Options{Clients: 2, Pods: 2})
+	ctx := testContext(t)
+	tests := []struct {
+		name    string
+		from    *netns.NS
+		network string
+		to      netip.Addr
+		src     netip.Addr // the address the pod must see
+		wantPod string
+	}{
+		{"client-1 to pod-1 tcp v4", l.Client(1).NS, "tcp", l.Pod(1).IPv4, l.Client(1).IPv4, "pod-1"},
+		{"client-1 to pod-1 udp v4", l.Client(1).NS, "udp", l.Pod(1).IPv4, l.Client(1).IPv4, "pod-1"},
+		{"client-1 to pod-2 tcp v6", l.Client(1).NS, "tcp", l.Pod(2).IPv6, l.Client(1).IPv6, "pod-2"},
+		{"client-2 to pod-2 udp v6", l.Client(2).NS, "udp", l.Pod(2).IPv6, l.Client(2).IPv6, "pod-2"},
+		{"pod-1 to pod-2 tcp v4", l.Pod(1).NS, "tcp", l.Pod(2).IPv4, l.Pod(1).IPv4, "pod-2"},
+		{"pod-2 to pod-1 udp v6", l.Pod(2).NS, "udp", l.Pod(1).IPv6, l.Pod(2).IPv6, "pod-1"},
+		{"node to pod-2 tcp v4", l.Node, "tcp", l.Pod(2).IPv4, netip.MustParseAddr(PodGatewayV4), "pod-2"},
+		{"node to pod-1 udp v6", l.Node, "udp", l.Pod(1).IPv6, netip.MustParseAddr(PodGatewayV6), "pod-1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Dial(ctx, tt.from, tt.network, hostPort(tt.to, 80))
+			if r.Outcome != Replied {
+				t.Fatalf("got %v, want a reply from %s", r, tt.wantPod)
+			}
+			want := Reply{Pod: tt.wantPod, Proto: tt.network, Port: 80, To: tt.to,
+				From: netip.AddrPortFrom(tt.src, r.Reply.From.Port())}
+			if r.Reply != want {
+				t.Errorf("got reply %v, want %v", r.Reply, want)
+			}
+		})
+	}
+}
+
+// TestClosedPort proves that the lab tells "refused" from "timeout" from "unreachable": a
+// closed port answers with RST / ICMP port unreachable at once, an address the node has no
+// neighbour for stays silent.
+func TestClosedPort(t *testing.T) {
+	l := New(t, Options{Pods: 1})
+	ctx := testContext(t)
+	d := Dialer{Timeout: time.Second}
+	tests := []struct {
+		name    string
+		network string
+		addr    string
+		want    Outcome
+	}{
+		{"tcp v4 closed port", "tcp", hostPort(l.Pod(1).IPv4, 81), Refused},
+		{"udp v4 closed port", "udp", hostPort(l.Pod(1).IPv4, 81), Refused},
+		{"tcp v6 closed port", "tcp", hostPort(l.Pod(1).IPv6, 81), Refused},
+		{"udp v6 closed port", "udp", hostPort(l.Pod(1).IPv6, 81), Refused},
+		// No DNAT: the node routes the service address to its gateway, which drops it.
+		{"tcp v4 service address without rules", "tcp", hostPort(ClusterIPv4(1), 80), Timeout},
+		{"udp v6 service address without rules", "udp", hostPort(ClusterIPv6(1), 80), Timeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := d.Dial(ctx, l.Client(1).NS, tt.network, tt.addr); r.Outcome != tt.want {
+				t.Errorf("dial %s %s: got %v, want %v", tt.network, tt.addr, r, tt.want)
+			}
+		})
+	}
+}
+
+// TestPortRangeBackends proves a pod answers on every port of a range with the port it arrived
+// on, and only there.
+func TestPortRangeBackends(t *testing.T) {
+	l := New(t, Options{Pods: 1, Ports: []PortSpec{Port(80), PortRange(16384, 16387), {Proto: "udp", First: 5060}}})
+	ctx := testContext(t)
+	tests := []struct {
+		network string
+		port    uint16
+		want    Outcome
+	}{
+		{"tcp", 16383, Refused},
+		{"tcp", 16384, Replied},
+		{"udp", 16385, Replied},
+		{"tcp", 16387, Replied},
+		{"udp", 16387, Replied},
+		{"udp", 16388, Refused},
+		{"udp", 5060, Replied},
+		{"tcp", 5060, Refused},
+	}
+	for _, tt := range tests {
+		for _, to := range []netip.Addr{l.Pod(1).IPv4, l.Pod(1).IPv6} {
+			addr := hostPort(to, tt.port)
+			t.Run(tt.network+" "+addr, func(t *testing.T) {
+				r := l.Client(1).Dial(ctx, tt.network, addr)
+				if r.Outcome != tt.want {
+					t.Fatalf("got %v, want %v", r, tt.want)
+				}
+				if r.Outcome == Replied && (r.Reply.Port != tt.port || r.Reply.Proto != tt.network) {
+					t.Errorf("got reply %v, want %s port %d", r.Reply, tt.network, tt.port)
+				}
+			})
+		}
+	}
+}
+
+// handDNAT is a minimal stand-in for nftproxy: a ClusterIP and its IPv6 twin DNAT'ed to pod-1
+// (port 80) and spread over both pods (port 8080), for traffic arriving from outside
+// (prerouting) and traffic the node itself sends (output).
+const handDNAT = `
+table ip labtest {
+	chain services {
+		ip daddr 198.19.0.1 meta l4proto { tcp, udp } th dport 80 dnat to 198.18.128.11
+		ip daddr 198.19.0.1 meta l4proto { tcp, udp } th dport 8080 dnat to numgen random mod 2 map { 0 : 198.18.128.11, 1 : 198.18.128.12 }
+	}
+	chain prerouting { type nat hook prerouting priority dstnat; jump services; }
+	chain output { type nat hook output priority -100; jump services; }
+}
+table ip6 labtest {
+	chain services {
+		ip6 daddr fd00:19::1 meta l4proto { tcp, udp } th dport 80 dnat to fd00:128::11
+		ip6 daddr fd00:19::1 meta l4proto { tcp, udp } th dport 8080 dnat to numgen random mod 2 map { 0 : fd00:128::11, 1 : fd00:128::12 }
+	}
+	chain prerouting { type nat hook prerouting priority dstnat; jump services; }
+	chain output { type nat hook output priority -100; jump services; }
+}
+`
+
+// TestServiceDNAT proves the lab routes service traffic: with a hand-written DNAT in the node,
+// clients and the node reach pods via a ClusterIP, replies find their way back through
+// conntrack, the pod sees the client's real address, and conntrack shows the translation.
+func TestServiceDNAT(t *testing.T) {
+	l := New(t, Options{Pods: 2, Ports: []PortSpec{Port(80), Port(8080)}})
+	ctx := testContext(t)
+	if err := l.NftApply(handDNAT); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		from    *netns.NS
+		network string
+		addr    string
+		src     netip.Addr
+	}{
+		{"client tcp v4", l.Client(1).NS, "tcp", hostPort(ClusterIPv4(1), 80), l.Client(1).IPv4},
+		{"client udp v4", l.Client(1).NS, "udp", hostPort(ClusterIPv4(1), 80), l.Client(1).IPv4},
+		{"client tcp v6", l.Client(1).NS, "tcp", hostPort(ClusterIPv6(1), 80), l.Client(1).IPv6},
+		{"client udp v6", l.Client(1).NS, "udp", hostPort(ClusterIPv6(1), 80), l.Client(1).IPv6},
+		{"pod-2 tcp v4", l.Pod(2).NS, "tcp", hostPort(ClusterIPv4(1), 80), l.Pod(2).IPv4},
+		// The node picks its source before DNAT, from the route to the service address: the
+		// default route, so the primary node IP.
+		{"node tcp v4", l.Node, "tcp", hostPort(ClusterIPv4(1), 80), netip.MustParseAddr(NodeIPv4)},
+		{"node udp v6", l.Node, "udp", hostPort(ClusterIPv6(1), 80), netip.MustParseAddr(NodeIPv6)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Dial(ctx, tt.from, tt.network, tt.addr)
+			if r.Outcome != Replied {
+				t.Fatalf("got %v, want a reply from pod-1", r)
+			}
+			if r.Reply.Pod != "pod-1" || r.Reply.From.Addr() != tt.src || r.Reply.Port != 80 {
+				t.Errorf("got reply %v, want pod-1 port 80 seeing %s", r.Reply, tt.src)
+			}
+		})
+	}
+
+	t.Run("conntrack shows the translation", func(t *testing.T) {
+		out, err := l.Conntrack("-p", "tcp", "--orig-dst", ClusterIPv4(1).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "src=" + PodIPv4(1).String()
+		if !strings.Contains(out, want) {
+			t.Errorf("conntrack entries for %s:\n%s\nwant a reply direction containing %q", ClusterIPv4(1), out, want)
+		}
+	})
+
+	for _, network := range []string{"tcp", "udp"} {
+		for _, vip := range []netip.Addr{ClusterIPv4(1), ClusterIPv6(1)} {
+			addr := hostPort(vip, 8080)
+			t.Run("spread "+network+" "+addr, func(t *testing.T) {
+				const n = 40
+				got := l.Client(1).Spread(ctx, network, addr, n)
+				if got.Outcomes[Replied] != n || got.Pods["pod-1"] == 0 || got.Pods["pod-2"] == 0 {
+					t.Errorf("got %v (errors %v), want %d replies from both pod-1 and pod-2", got, got.Errors, n)
+				}
+			})
+		}
+	}
+}
+
+// TestStartInNode proves a process runs in the node namespace, its output is collected, and
+// Stop ends it.
+func TestStartInNode(t *testing.T) {
+	l := New(t, Options{Pods: 1})
+	ctx := testContext(t)
+	tests := []struct {
+		name       string
+		argv       []string
+		wantOutput string
+	}{
+		// The node's own address proves which namespace the process runs in.
+		{"sees the node's links", []string{"sh", "-c", "ip -o -4 address show dev cbr0; exec sleep 60"}, PodGatewayV4 + "/24"},
+		{"keeps stderr", []string{"sh", "-c", "echo oops >&2; exec sleep 60"}, "oops"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := l.StartInNode(ctx, tt.argv...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.After(10 * time.Second)
+			for !strings.Contains(p.Output(), tt.wantOutput) {
+				select {
+				case <-deadline:
+					t.Fatalf("output %q, want it to contain %q", p.Output(), tt.wantOutput)
+				case <-p.Done():
+					t.Fatalf("exited early (%v) with output %q, want it running", p.Err(), p.Output())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			if err := p.Stop(); err == nil {
+				t.Errorf("Stop: got exit error nil, want the SIGTERM exit status")
+			}
+			select {
+			case <-p.Done():
+			default:
+				t.Errorf("Done not closed after Stop")
+			}
+		})
+	}
+}
+
+// TestCloseRemovesEverything proves teardown leaves no namespace behind, also after a process
+// was left running in the node.
+func TestCloseRemovesEverything(t *testing.T) {
+	netns.Skip(t)
+	l, err := Build(Options{Clients: 2, Pods: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.StartInNode(context.Background(), "sleep", "60"); err != nil {
+		t.Errorf("start: %v", err)
+	}
+	if got := labNamespaces(t, l.Prefix); len(got) != 7 {
+		t.Errorf("before Close: got namespaces %v, want 7 (node, gw, 2 clients, 3 pods)", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if got := labNamespaces(t, l.Prefix); len(got) != 0 {
+		t.Errorf("after Close: got namespaces %v, want none", got)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+}
+
+func labNamespaces(t *testing.T, prefix string) []string {
+	t.Helper()
+	out, err := netnsList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, line := range strings.Split(out, "\n") {
+		if name, _, _ := strings.Cut(strings.TrimSpace(line), " "); strings.HasPrefix(name, prefix+"-") {
+			got = append(got, name)
+		}
+	}
+	return got
+}
+
+func netnsList() (string, error) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	return string(out), err
+}
