@@ -1,0 +1,249 @@
+package nft
+
+import (
+	"fmt"
+	"slices"
+	"syscall"
+)
+
+// fakeCheckRule checks each expression of a rule being added, as the kernel does when it parses
+// the rule: references, types, and values.
+func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
+	fam := op.Table.Family
+	bad := func(k int, format string, args ...any) error {
+		return fakeErr(i, op, syscall.EINVAL, "expression %d: %s", k, fmt.Sprintf(format, args...))
+	}
+	set := func(k int, name string) (*Set, error) {
+		fs := ft.sets[name]
+		if fs == nil {
+			return nil, fakeErr(i, op, syscall.ENOENT, "expression %d: set %q does not exist in table %s: add it before the rules that use it", k, name, op.Table)
+		}
+		return &fs.set, nil
+	}
+	fields := func(k int, fs []Field, s *Set) error {
+		if len(fs) == 0 {
+			return bad(k, "a lookup needs at least one field")
+		}
+		var types []Type
+		for _, f := range fs {
+			types = append(types, f.Type(fam))
+		}
+		if slices.Contains(types, TypeInvalid) {
+			return bad(k, "unknown field in %v", fs)
+		}
+		if !slices.Equal(types, s.Key) {
+			return bad(k, "fields of types %v do not fit the key %v of set %s", types, s.Key, s.Name)
+		}
+		return nil
+	}
+	for k, e := range r.Exprs {
+		switch x := e.(type) {
+		case Cmp:
+			t := x.Field.Type(fam)
+			if t == TypeInvalid {
+				return bad(k, "unknown field %d", x.Field)
+			}
+			if x.Value.Type != t {
+				return bad(k, "comparing a %s field with a %s value", t, x.Value.Type)
+			}
+			if msg := fakeCheckValue(x.Value); msg != "" {
+				return bad(k, "%s", msg)
+			}
+		case CmpPrefix:
+			if x.Field != FieldSaddr && x.Field != FieldDaddr {
+				return bad(k, "a prefix match needs an address field")
+			}
+			if !x.Prefix.IsValid() || x.Prefix.Addr().Is4() != (fam == IPv4) {
+				return bad(k, "prefix %s does not fit a %s table", x.Prefix, fam)
+			}
+		case CmpSet:
+			s, err := set(k, x.Set)
+			if err != nil {
+				return err
+			}
+			if err := fields(k, x.Fields, s); err != nil {
+				return err
+			}
+		case VMap:
+			s, err := set(k, x.Map)
+			if err != nil {
+				return err
+			}
+			if !s.IsVerdictMap() {
+				return bad(k, "vmap needs a verdict map; %s is not one", s.Name)
+			}
+			if err := fields(k, x.Fields, s); err != nil {
+				return err
+			}
+		case DNAT:
+			if !x.Addr.IsValid() || x.Addr.Unmap().Is4() != (fam == IPv4) {
+				return bad(k, "dnat address %s does not fit a %s table", x.Addr, fam)
+			}
+		case DNATNumgen:
+			if x.Modulus == 0 {
+				return fakeErr(i, op, syscall.ERANGE, "expression %d: numgen modulus must be at least 1", k)
+			}
+			s, err := set(k, x.Map)
+			if err != nil {
+				return err
+			}
+			want := []Type{fam.AddrType()}
+			if x.WithPort {
+				want = append(want, TypeInetService)
+			}
+			if !slices.Equal(s.Key, []Type{TypeInteger}) || !slices.Equal(s.Data, want) {
+				return bad(k, "map %s is %v : %v, dnat numgen needs [integer] : %v", s.Name, s.Key, s.Data, want)
+			}
+		case SetUpdate:
+			s, err := set(k, x.Set)
+			if err != nil {
+				return err
+			}
+			if !s.Dynamic {
+				return fakeErr(i, op, syscall.EOPNOTSUPP, "expression %d: set %s is not dynamic: rules cannot update it", k, s.Name)
+			}
+			if x.Timeout > 0 && !s.HasTimeout && s.Timeout == 0 {
+				return fakeErr(i, op, syscall.EOPNOTSUPP, "expression %d: set %s has no timeout flag: update cannot set a timeout", k, s.Name)
+			}
+			if err := fields(k, x.Fields, s); err != nil {
+				return err
+			}
+		case Verdict:
+			if err := fakeCheckVerdict(i, op, ft, x); err != nil {
+				return err
+			}
+		case MarkTest, CtState, CtStatus, FibAddrType, MarkOr, MarkXor, Masquerade, Reject:
+		case Unknown:
+			return bad(k, "an Unknown expression (%s) is only read back, it cannot be sent", x.Description)
+		default:
+			return bad(k, "unknown expression type %T", e)
+		}
+	}
+	return nil
+}
+
+// fakeValidateTable is the kernel's commit-time check of what the base chains reach: NAT and
+// reject only where type and hook allow them, and jumps nested at most 15 deep (no loops). It
+// returns an OpError with Index -1; the caller names the op.
+func fakeValidateTable(t Table, ft *fakeTable) *OpError {
+	v := &fakeValidator{ft: ft, height: map[string]int{}, state: map[string]int{}}
+	names := make([]string, 0, len(ft.chains))
+	for n, ch := range ft.chains {
+		if ch.chain.Base != nil {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		base := ft.chains[n].chain.Base
+		if h := v.heightOf(n); h >= fakeJumpStack {
+			return &OpError{Index: -1, Object: "chain " + t.String() + " " + n, Err: syscall.EMLINK,
+				Detail: fmt.Sprintf("base chain %s reaches chains %d or more jumps deep, or a loop (the kernel allows %d)", n, fakeJumpStack, fakeJumpStack-1)}
+		}
+		for _, c := range v.reachable(n) {
+			for _, r := range ft.chains[c].rules {
+				for _, e := range r.Exprs {
+					if why := fakeHookAllows(base, e); why != "" {
+						return &OpError{Index: -1, Object: "chain " + t.String() + " " + c, Err: syscall.EOPNOTSUPP,
+							Detail: fmt.Sprintf("chain %s is reached from base chain %s (%s hook %s): %s", c, n, base.Type, base.Hook, why)}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// fakeJumpStack is the kernel's NFT_JUMP_STACK_SIZE.
+const fakeJumpStack = 16
+
+// fakeHookAllows returns why e may not run under base, or "".
+func fakeHookAllows(base *BaseChain, e Expr) string {
+	switch e.(type) {
+	case DNAT, DNATNumgen:
+		if base.Type != ChainTypeNAT || (base.Hook != HookPrerouting && base.Hook != HookOutput) {
+			return "dnat needs a nat chain at prerouting or output"
+		}
+	case Masquerade:
+		if base.Type != ChainTypeNAT || base.Hook != HookPostrouting {
+			return "masquerade needs a nat chain at postrouting"
+		}
+	case Reject:
+		if base.Hook == HookPostrouting {
+			return "reject is not allowed at postrouting"
+		}
+	}
+	return ""
+}
+
+type fakeValidator struct {
+	ft     *fakeTable
+	height map[string]int
+	state  map[string]int // 1 visiting, 2 done
+}
+
+// edges lists the chains a chain's rules may jump or go to, including through verdict maps (the
+// kernel counts every lookup in a verdict map, even one without a vmap, as reaching its chains).
+func (v *fakeValidator) edges(name string) []string {
+	var out []string
+	for _, r := range v.ft.chains[name].rules {
+		for _, e := range r.Exprs {
+			var m string
+			switch x := e.(type) {
+			case Verdict:
+				if x.Kind == VerdictJump || x.Kind == VerdictGoto {
+					out = append(out, x.Chain)
+				}
+			case VMap:
+				m = x.Map
+			case CmpSet:
+				m = x.Set
+			}
+			if fs := v.ft.sets[m]; m != "" && fs != nil && fs.set.IsVerdictMap() {
+				for _, el := range fs.elems {
+					if el.Verdict != nil && (el.Verdict.Kind == VerdictJump || el.Verdict.Kind == VerdictGoto) {
+						out = append(out, el.Verdict.Chain)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// heightOf is the longest jump path from a chain, capped at fakeJumpStack (a loop counts as
+// infinitely deep).
+func (v *fakeValidator) heightOf(name string) int {
+	switch v.state[name] {
+	case 1:
+		return fakeJumpStack
+	case 2:
+		return v.height[name]
+	}
+	v.state[name] = 1
+	h := 0
+	for _, next := range v.edges(name) {
+		if v.ft.chains[next] == nil {
+			continue
+		}
+		if d := v.heightOf(next) + 1; d > h {
+			h = min(d, fakeJumpStack)
+		}
+	}
+	v.state[name], v.height[name] = 2, h
+	return h
+}
+
+func (v *fakeValidator) reachable(from string) []string {
+	seen := map[string]bool{from: true}
+	queue := []string{from}
+	for k := 0; k < len(queue); k++ {
+		for _, next := range v.edges(queue[k]) {
+			if !seen[next] && v.ft.chains[next] != nil {
+				seen[next] = true
+				queue = append(queue, next)
+			}
+		}
+	}
+	return queue
+}
