@@ -1,11 +1,9 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"sort"
@@ -95,95 +93,9 @@ func Dial(ctx context.Context, ns *netns.NS, network, addr string) Result {
 // Dial probes addr once from ns: one TCP connection, or one UDP socket that sends up to
 // UDPAttempts datagrams until an answer or an error comes back.
 func (d Dialer) Dial(ctx context.Context, ns *netns.NS, network, addr string) Result {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return Result{Outcome: Failed, Err: fmt.Errorf("dial %s: %w", addr, err)}
-	}
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = defaultTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	switch network {
-	case "tcp":
-		return d.dialTCP(ctx, ns, ap)
-	case "udp":
-		return d.dialUDP(ctx, ns, ap)
-	}
-	return Result{Outcome: Failed, Err: fmt.Errorf("dial %s: network %q, want tcp or udp", addr, network)}
-}
-
-func (d Dialer) dialer(proto string) *net.Dialer {
-	nd := &net.Dialer{}
-	if !d.Source.IsValid() {
-		return nd
-	}
-	if proto == "udp" {
-		nd.LocalAddr = &net.UDPAddr{IP: d.Source.AsSlice()}
-	} else {
-		nd.LocalAddr = &net.TCPAddr{IP: d.Source.AsSlice()}
-	}
-	return nd
-}
-
-func (d Dialer) dialTCP(ctx context.Context, ns *netns.NS, ap netip.AddrPort) Result {
-	var c net.Conn
-	err := ns.Do(func() (err error) {
-		c, err = d.dialer("tcp").DialContext(ctx, family("tcp", ap.Addr()), ap.String())
-		return err
-	})
-	if err != nil {
-		return classify(ctx, fmt.Errorf("tcp %s from %s: %w", ap, ns.Name, err))
-	}
-	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return classify(ctx, fmt.Errorf("tcp %s from %s: read: %w", ap, ns.Name, err))
-	}
-	return parsed(line, ap)
-}
-
-func (d Dialer) dialUDP(ctx context.Context, ns *netns.NS, ap netip.AddrPort) Result {
-	var c net.Conn
-	err := ns.Do(func() (err error) {
-		c, err = d.dialer("udp").DialContext(ctx, family("udp", ap.Addr()), ap.String())
-		return err
-	})
-	if err != nil {
-		return classify(ctx, fmt.Errorf("udp %s from %s: %w", ap, ns.Name, err))
-	}
-	defer c.Close()
-	attempts := d.UDPAttempts
-	if attempts <= 0 {
-		attempts = defaultAttempts
-	}
-	dl, _ := ctx.Deadline()
-	step := time.Until(dl) / time.Duration(attempts)
-	buf := make([]byte, 2048)
-	var last error
-	for i := 0; i < attempts; i++ {
-		if _, err := c.Write([]byte("probe\n")); err != nil {
-			return classify(ctx, fmt.Errorf("udp %s from %s: send %d: %w", ap, ns.Name, i+1, err))
-		}
-		wait := time.Now().Add(step)
-		if i == attempts-1 || wait.After(dl) {
-			wait = dl
-		}
-		_ = c.SetReadDeadline(wait)
-		n, err := c.Read(buf)
-		if err == nil {
-			return parsed(string(buf[:n]), ap)
-		}
-		last = fmt.Errorf("udp %s from %s: %d datagrams unanswered: %w", ap, ns.Name, i+1, err)
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			break // an ICMP error: another datagram would get the same answer
-		}
-	}
-	return classify(ctx, last)
+	f := d.Flow(ns, network, addr)
+	defer f.Close()
+	return f.Probe(ctx)
 }
 
 func parsed(line string, ap netip.AddrPort) Result {

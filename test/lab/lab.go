@@ -78,6 +78,11 @@ type Lab struct {
 	Clients []*Host
 	// Pods are the pods on the bridge, pod-1 first.
 	Pods []*Host
+	// BridgeNetfilter reports whether the host kernel has br_netfilter loaded. If so, the lab
+	// turns bridge-nf-call-iptables/ip6tables on in the node (as kubeadm requires), so frames
+	// bridged between pods pass the node's nftables hooks; if not, pod-to-pod traffic on the
+	// bridge never meets nftables. The lab does not load kernel modules.
+	BridgeNetfilter bool
 
 	logf func(format string, args ...any)
 
@@ -172,7 +177,8 @@ func (l *Lab) build(opts Options) error {
 		}
 		p.Server = s
 	}
-	l.logf("lab %s: node, gateway, %d clients, %d pods ready in %v", l.Prefix, len(l.Clients), len(l.Pods), time.Since(start).Round(time.Millisecond))
+	l.logf("lab %s: node, gateway, %d clients, %d pods ready in %v (br_netfilter %v)", l.Prefix,
+		len(l.Clients), len(l.Pods), time.Since(start).Round(time.Millisecond), l.BridgeNetfilter)
 	return nil
 }
 
@@ -230,11 +236,36 @@ func (l *Lab) setSysctls() error {
 	}
 	all := append([]*netns.NS{l.Gateway}, namespaces(append(append([]*Host{}, l.Clients...), l.Pods...))...)
 	return parallel(len(all)+1, func(i int) error {
-		if i == len(all) {
-			return writeSysctls(l.Node, node)
+		if i < len(all) {
+			return writeSysctls(all[i], noDAD)
 		}
-		return writeSysctls(all[i], noDAD)
+		if err := writeSysctls(l.Node, node); err != nil {
+			return err
+		}
+		var err error
+		l.BridgeNetfilter, err = bridgeNetfilter(l.Node)
+		return err
 	})
+}
+
+// bridgeNetfilter turns on the namespace's bridge-nf-call sysctls when br_netfilter is loaded
+// and reports whether it is.
+func bridgeNetfilter(ns *netns.NS) (bool, error) {
+	const dir = "/proc/sys/net/bridge"
+	var on bool
+	err := ns.Do(func() error {
+		if _, err := os.Stat(path.Join(dir, "bridge-nf-call-iptables")); err != nil {
+			return nil
+		}
+		on = true
+		for _, k := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
+			if err := os.WriteFile(path.Join(dir, k), []byte("1"), 0o644); err != nil {
+				return fmt.Errorf("sysctl %s in %s: %w", k, ns.Name, err)
+			}
+		}
+		return nil
+	})
+	return on, err
 }
 
 // writeSysctls writes /proc/sys/net entries from a thread inside ns: the kernel resolves them
@@ -252,7 +283,9 @@ func writeSysctls(ns *netns.NS, kv map[string]string) error {
 
 // nodeBatch is the node's `ip -batch` script: the bridge, the uplink, and the node end of every
 // client and pod link (the other end is created straight into the peer's namespace). The bridge
-// gets a fixed MAC so it does not change as ports join.
+// gets a fixed MAC so it does not change as ports join. Pod ports are in hairpin mode, as the
+// kubelet sets them: with br_netfilter, a pod's packet DNAT'ed back to the same pod is bridged
+// out of the port it came in on, which the bridge refuses otherwise.
 func (l *Lab) nodeBatch() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -275,6 +308,7 @@ func (l *Lab) nodeBatch() string {
 	for _, p := range l.Pods {
 		w("link add name %s type veth peer name eth0 netns %s", p.NodeLink, p.NS.Name)
 		w("link set %s master %s", p.NodeLink, BridgeName)
+		w("link set %s type bridge_slave hairpin on", p.NodeLink)
 		w("link set %s up", p.NodeLink)
 	}
 	return b.String()
