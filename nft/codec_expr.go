@@ -1,0 +1,337 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// This file turns each Expr shape into the expression list nft 1.0.6 generates for the same rule
+// text (checked shape by shape against `nft --debug=netlink add rule ...`, see README.md).
+
+// codecSetRef is what the rule encoder must know about a set a rule names.
+type codecSetRef struct {
+	interval bool   // nft converts host-order fields to big-endian for interval sets
+	id       uint32 // NFTA_SET_ID when the set is created in the same batch, else 0
+	data     []Type // a map's value types (for DNATNumgen)
+}
+
+// codecRuleCtx gives the rule encoder the family and the sets it may reference.
+type codecRuleCtx struct {
+	fam  Family
+	sets func(name string) (codecSetRef, error)
+}
+
+// codecReg is the register nft uses for the field at 32-bit word offset w of a concatenation:
+// a 16-byte register (NFT_REG_1..4) where one starts, else the 32-bit register NFT_REG32_00+w.
+func codecReg(w int) uint32 {
+	if w%4 == 0 {
+		return uint32(unix.NFT_REG_1 + w/4)
+	}
+	return uint32(unix.NFT_REG32_00 + w)
+}
+
+// codecFieldLoad returns the expression loading field f of family fam into register reg.
+func codecFieldLoad(fam Family, f Field, reg uint32) (expr.Any, int, error) {
+	addrOff := func(v4, v6 uint32) (expr.Any, int, error) {
+		if fam == IPv6 {
+			return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: v6, Len: 16}, 16, nil
+		}
+		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: v4, Len: 4}, 4, nil
+	}
+	switch f {
+	case FieldSaddr:
+		return addrOff(12, 8)
+	case FieldDaddr:
+		return addrOff(16, 24)
+	case FieldL4Proto:
+		return &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}, 1, nil
+	case FieldSport:
+		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2}, 2, nil
+	case FieldDport:
+		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}, 2, nil
+	case FieldMark:
+		return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg}, 4, nil
+	}
+	return nil, 0, fmt.Errorf("unsupported field %d: use one of the Field constants", f)
+}
+
+// codecKeyLoads loads a concatenation of fields starting at register 1, as nft does. For interval
+// sets nft adds a byteorder conversion after host-order loads (meta l4proto: hton size 2 len 1, a
+// no-op it emits anyway; meta mark: hton 4 bytes, because interval keys compare bytewise).
+func codecKeyLoads(fam Family, fields []Field, interval bool) ([]expr.Any, error) {
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("a set lookup needs at least one field")
+	}
+	var out []expr.Any
+	w := 0
+	for _, f := range fields {
+		reg := codecReg(w)
+		e, n, err := codecFieldLoad(fam, f, reg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+		if interval {
+			switch f {
+			case FieldL4Proto:
+				out = append(out, &expr.Byteorder{SourceRegister: reg, DestRegister: reg, Op: expr.ByteorderHton, Len: 1, Size: 2})
+			case FieldMark:
+				out = append(out, &expr.Byteorder{SourceRegister: reg, DestRegister: reg, Op: expr.ByteorderHton, Len: 4, Size: 4})
+			}
+		}
+		w += codecPad4(n) / 4
+	}
+	return out, nil
+}
+
+// codecFieldBytes encodes v as field f stores it in a register (compare operand).
+func codecFieldBytes(fam Family, f Field, v Value) ([]byte, error) {
+	want := f.Type(fam)
+	if want == TypeInvalid {
+		return nil, fmt.Errorf("unsupported field %d", f)
+	}
+	return codecAppendValue(nil, v, want, false)
+}
+
+func codecVerdict(v Verdict) (*expr.Verdict, error) {
+	var k expr.VerdictKind
+	switch v.Kind {
+	case VerdictAccept:
+		k = expr.VerdictAccept
+	case VerdictDrop:
+		k = expr.VerdictDrop
+	case VerdictReturn:
+		k = expr.VerdictReturn
+	case VerdictContinue:
+		k = expr.VerdictContinue
+	case VerdictJump:
+		k = expr.VerdictJump
+	case VerdictGoto:
+		k = expr.VerdictGoto
+	default:
+		return nil, fmt.Errorf("unknown verdict kind %d", v.Kind)
+	}
+	if (v.Kind == VerdictJump || v.Kind == VerdictGoto) != (v.Chain != "") {
+		return nil, fmt.Errorf("verdict %d: jump and goto need a chain, other verdicts none", v.Kind)
+	}
+	return &expr.Verdict{Kind: k, Chain: v.Chain}, nil
+}
+
+func codecU32Host(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+
+// codecBitTest is "load; bitwise & mask; cmp (neq|eq) 0", the shape of mark and ct bit tests.
+func codecBitTest(load expr.Any, mask uint32, nonZero bool) []expr.Any {
+	op := expr.CmpOpEq
+	if nonZero {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{load,
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: codecU32Host(mask), Xor: codecU32Host(0)},
+		&expr.Cmp{Op: op, Register: 1, Data: codecU32Host(0)},
+	}
+}
+
+func codecCmpOp(neg bool) expr.CmpOp {
+	if neg {
+		return expr.CmpOpNeq
+	}
+	return expr.CmpOpEq
+}
+
+// codecPrefix encodes "addr-field [!=] prefix": a byte-aligned prefix loads only its bytes; any
+// other length loads the whole address and masks it.
+func codecPrefix(fam Family, e CmpPrefix) ([]expr.Any, error) {
+	p := e.Prefix.Masked()
+	if (fam == IPv6) != (p.Addr().Is6() && !p.Addr().Is4In6()) {
+		return nil, fmt.Errorf("prefix %v does not belong to a %v table", e.Prefix, fam)
+	}
+	if e.Field != FieldSaddr && e.Field != FieldDaddr {
+		return nil, fmt.Errorf("a prefix match needs an address field")
+	}
+	load, n, err := codecFieldLoad(fam, e.Field, 1)
+	if err != nil {
+		return nil, err
+	}
+	addr := p.Addr().AsSlice()
+	bits := p.Bits()
+	if bits > 0 && bits%8 == 0 {
+		if bits/8 < n {
+			pl := load.(*expr.Payload)
+			pl.Len = uint32(bits / 8)
+		}
+		return []expr.Any{load, &expr.Cmp{Op: codecCmpOp(e.Neg), Register: 1, Data: addr[:bits/8]}}, nil
+	}
+	mask := make([]byte, n)
+	for i := 0; i < bits; i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return []expr.Any{load,
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(n), Mask: mask, Xor: make([]byte, n)},
+		&expr.Cmp{Op: codecCmpOp(e.Neg), Register: 1, Data: addr},
+	}, nil
+}
+
+func codecAddrBytes(fam Family, a netip.Addr) ([]byte, error) {
+	a = a.Unmap()
+	if fam == IPv6 {
+		if !a.Is6() {
+			return nil, fmt.Errorf("address %v is not IPv6 but the table is ip6", a)
+		}
+	} else if !a.Is4() {
+		return nil, fmt.Errorf("address %v is not IPv4 but the table is ip", a)
+	}
+	return a.AsSlice(), nil
+}
+
+// codecExpr encodes one Expr shape.
+func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
+	fam := c.fam
+	switch e := e.(type) {
+	case Cmp:
+		load, _, err := codecFieldLoad(fam, e.Field, 1)
+		if err != nil {
+			return nil, err
+		}
+		b, err := codecFieldBytes(fam, e.Field, e.Value)
+		if err != nil {
+			return nil, err
+		}
+		return []expr.Any{load, &expr.Cmp{Op: codecCmpOp(e.Neg), Register: 1, Data: b}}, nil
+	case CmpPrefix:
+		return codecPrefix(fam, e)
+	case CmpSet:
+		ref, err := c.sets(e.Set)
+		if err != nil {
+			return nil, err
+		}
+		loads, err := codecKeyLoads(fam, e.Fields, ref.interval)
+		if err != nil {
+			return nil, err
+		}
+		return append(loads, &expr.Lookup{SourceRegister: 1, SetName: e.Set, SetID: ref.id, Invert: e.Neg}), nil
+	case VMap:
+		ref, err := c.sets(e.Map)
+		if err != nil {
+			return nil, err
+		}
+		loads, err := codecKeyLoads(fam, e.Fields, ref.interval)
+		if err != nil {
+			return nil, err
+		}
+		return append(loads, &expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: unix.NFT_REG_VERDICT, SetName: e.Map, SetID: ref.id}), nil
+	case MarkTest:
+		return codecBitTest(&expr.Meta{Key: expr.MetaKeyMARK, Register: 1}, e.Mask, e.NonZero), nil
+	case CtState:
+		return codecBitTest(&expr.Ct{Key: expr.CtKeySTATE, Register: 1}, e.Mask, true), nil
+	case CtStatus:
+		return codecBitTest(&expr.Ct{Key: expr.CtKeySTATUS, Register: 1}, e.Mask, true), nil
+	case FibAddrType:
+		return []expr.Any{
+			&expr.Fib{Register: 1, FlagDADDR: e.Daddr, FlagSADDR: !e.Daddr, ResultADDRTYPE: true},
+			&expr.Cmp{Op: codecCmpOp(e.Neg), Register: 1, Data: codecU32Host(unix.RTN_LOCAL)},
+		}, nil
+	case MarkOr:
+		return codecMarkSet(^e.Bits, e.Bits), nil
+	case MarkXor:
+		return codecMarkSet(0xffffffff, e.Bits), nil
+	case Masquerade:
+		return []expr.Any{&expr.Masq{FullyRandom: e.FullyRandom}}, nil
+	case DNAT:
+		a, err := codecAddrBytes(fam, e.Addr)
+		if err != nil {
+			return nil, err
+		}
+		out := []expr.Any{&expr.Immediate{Register: 1, Data: a}}
+		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1}
+		if e.Port != 0 {
+			out = append(out, &expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, e.Port)})
+			nat.RegProtoMin, nat.Specified = 2, true
+		}
+		return append(out, nat), nil
+	case DNATNumgen:
+		if e.Modulus == 0 {
+			return nil, fmt.Errorf("numgen modulus must be at least 1")
+		}
+		ref, err := c.sets(e.Map)
+		if err != nil {
+			return nil, err
+		}
+		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1}
+		if e.WithPort {
+			nat.RegProtoMin, nat.Specified = codecReg(codecAddrLen(fam)/4), true
+		}
+		return []expr.Any{
+			&expr.Numgen{Register: 1, Modulus: e.Modulus, Type: unix.NFT_NG_RANDOM},
+			&expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: 1, SetName: e.Map, SetID: ref.id},
+			nat,
+		}, nil
+	case Reject:
+		if e.TCPReset {
+			return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}, nil
+		}
+		code := uint8(3) // ICMP_PORT_UNREACH
+		if fam == IPv6 {
+			code = 4 // ICMPV6_PORT_UNREACH
+		}
+		return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code}}, nil
+	case SetUpdate:
+		ref, err := c.sets(e.Set)
+		if err != nil {
+			return nil, err
+		}
+		loads, err := codecKeyLoads(fam, e.Fields, ref.interval)
+		if err != nil {
+			return nil, err
+		}
+		return append(loads, &expr.Dynset{SrcRegKey: 1, SetName: e.Set, SetID: ref.id, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: e.Timeout}), nil
+	case Verdict:
+		v, err := codecVerdict(e)
+		if err != nil {
+			return nil, err
+		}
+		return []expr.Any{v}, nil
+	case Unknown:
+		return nil, fmt.Errorf("cannot send an Unknown expression (%q): it only describes bytecode read back", e.Description)
+	}
+	return nil, fmt.Errorf("unsupported expression %T", e)
+}
+
+func codecAddrLen(fam Family) int {
+	if fam == IPv6 {
+		return 16
+	}
+	return 4
+}
+
+// codecMarkSet is "meta mark set meta mark & mask ^ xor".
+func codecMarkSet(mask, xor uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: codecU32Host(mask), Xor: codecU32Host(xor)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+	}
+}
+
+// codecRuleExprs encodes a rule's expressions into NFTA_RULE_EXPRESSIONS list elements.
+func (c *codecRuleCtx) codecRuleExprs(w *nlBuf, r *Rule) error {
+	n := w.nest(unix.NFTA_RULE_EXPRESSIONS)
+	for i, e := range r.Exprs {
+		raws, err := c.codecExpr(e)
+		if err != nil {
+			return fmt.Errorf("expression %d (%T): %w", i, e, err)
+		}
+		for _, raw := range raws {
+			b, err := expr.Marshal(byte(c.fam), raw)
+			if err != nil {
+				return fmt.Errorf("expression %d (%T): marshal: %w", i, e, err)
+			}
+			w.attr(unix.NFTA_LIST_ELEM|nlAttrNested, b)
+		}
+	}
+	w.endNest(n)
+	return nil
+}

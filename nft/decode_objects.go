@@ -1,0 +1,331 @@
+package nft
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file reads a table back: whole-table dumps of chains, sets, each set's elements and all
+// rules, decoded into the model straight from the kernel's attributes and nft's userdata.
+
+func decodeTableAttr(t Table) func(w *nlBuf) {
+	return func(w *nlBuf) { w.str(unix.NFTA_TABLE_NAME, t.Name) }
+}
+
+// Dump reads back everything table t holds.
+func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) {
+	err := k.conn.get(ctx, unix.NFT_MSG_GETTABLE, t.Family, decodeTableAttr(t), func(nlMsg) error { return nil })
+	if err != nil {
+		return nil, fmt.Errorf("dump table %s: %w", t, err)
+	}
+	rs := &Ruleset{Table: t, Elements: map[string][]Element{}}
+	if rs.Chains, err = k.dumpChains(ctx, t); err != nil {
+		return nil, fmt.Errorf("dump table %s: chains: %w", t, err)
+	}
+	if rs.Sets, err = k.dumpSets(ctx, t); err != nil {
+		return nil, fmt.Errorf("dump table %s: sets: %w", t, err)
+	}
+	for i := range rs.Sets {
+		els, err := k.dumpElements(ctx, t, &rs.Sets[i])
+		if err != nil {
+			return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)
+		}
+		if len(els) > 0 {
+			rs.Elements[rs.Sets[i].Name] = els
+		}
+	}
+	if rs.Rules, err = k.dumpRules(ctx, t, rs); err != nil {
+		return nil, fmt.Errorf("dump table %s: rules: %w", t, err)
+	}
+	return rs, nil
+}
+
+func (k *Kernel) dumpChains(ctx context.Context, t Table) ([]Chain, error) {
+	var out []Chain
+	err := k.conn.dump(ctx, unix.NFT_MSG_GETCHAIN, t.Family, nil, func(m nlMsg) error {
+		if len(m.data) < nlNfgenLen || Family(m.data[0]) != t.Family {
+			return nil
+		}
+		a := nlAttrMap(m.data[nlNfgenLen:])
+		if nlStr(a[unix.NFTA_CHAIN_TABLE]) != t.Name {
+			return nil
+		}
+		c := Chain{Name: nlStr(a[unix.NFTA_CHAIN_NAME])}
+		if h, ok := a[unix.NFTA_CHAIN_HOOK]; ok {
+			ha := nlAttrMap(h)
+			c.Base = &BaseChain{
+				Type:     ChainType(nlStr(a[unix.NFTA_CHAIN_TYPE])),
+				Hook:     codecHookName(nlU32(ha[unix.NFTA_HOOK_HOOKNUM])),
+				Priority: int32(nlU32(ha[unix.NFTA_HOOK_PRIORITY])),
+				Policy:   PolicyAccept,
+			}
+			if p, ok := a[unix.NFTA_CHAIN_POLICY]; ok && nlU32(p) == codecVerdictDropCode {
+				c.Base.Policy = PolicyDrop
+			}
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// decodeTypes splits a combined datatype id into n fields; n <= 0 counts the non-zero 6-bit groups
+// (every datatype id the model uses is non-zero).
+func decodeTypes(id uint32, n int) []Type {
+	if id == unix.NFT_DATA_VERDICT {
+		return []Type{TypeVerdict}
+	}
+	if n <= 0 {
+		for v := id; v != 0; v >>= codecConcatBits {
+			n++
+		}
+	}
+	return codecTypesFromID(id, n)
+}
+
+// decodeUdata returns the TLVs of nft's userdata (1-byte type, 1-byte length).
+func decodeUdata(b []byte) map[byte][]byte {
+	m := map[byte][]byte{}
+	for len(b) >= 2 {
+		t, n := b[0], int(b[1])
+		if 2+n > len(b) {
+			break
+		}
+		m[t] = b[2 : 2+n]
+		b = b[2+n:]
+	}
+	return m
+}
+
+func decodeUdataString(b []byte) string { return nlStr(b) }
+
+func (k *Kernel) dumpSets(ctx context.Context, t Table) ([]Set, error) {
+	var out []Set
+	err := k.conn.dump(ctx, unix.NFT_MSG_GETSET, t.Family, func(w *nlBuf) { w.str(unix.NFTA_SET_TABLE, t.Name) }, func(m nlMsg) error {
+		if len(m.data) < nlNfgenLen {
+			return nil
+		}
+		a := nlAttrMap(m.data[nlNfgenLen:])
+		if nlStr(a[unix.NFTA_SET_TABLE]) != t.Name {
+			return nil
+		}
+		flags := nlU32(a[unix.NFTA_SET_FLAGS])
+		if flags&unix.NFT_SET_ANONYMOUS != 0 {
+			return nil // anonymous sets belong to their rule
+		}
+		nKey := 0
+		if d, ok := a[unix.NFTA_SET_DESC]; ok {
+			if c, ok := nlAttrMap(d)[codecSetDescConcat]; ok {
+				nKey = len(nlParseAttrs(c))
+			}
+		}
+		s := Set{
+			Name:     nlStr(a[unix.NFTA_SET_NAME]),
+			Key:      decodeTypes(nlU32(a[unix.NFTA_SET_KEY_TYPE]), nKey),
+			Interval: flags&unix.NFT_SET_INTERVAL != 0,
+			Dynamic:  flags&unix.NFT_SET_EVAL != 0,
+		}
+		if dt, ok := a[unix.NFTA_SET_DATA_TYPE]; ok && flags&unix.NFT_SET_MAP != 0 {
+			s.Data = decodeTypes(nlU32(dt), 0)
+		}
+		if to, ok := a[unix.NFTA_SET_TIMEOUT]; ok {
+			s.Timeout = time.Duration(nlU64(to)) * time.Millisecond
+		}
+		s.HasTimeout = flags&unix.NFT_SET_TIMEOUT != 0 && s.Timeout == 0
+		if ud, ok := a[unix.NFTA_SET_USERDATA]; ok {
+			s.Comment = decodeUdataString(decodeUdata(ud)[codecUdataSetComment])
+		}
+		out = append(out, s)
+		return nil
+	})
+	return out, err
+}
+
+// decodeRawElem is one element as the kernel reports it, before interval reassembly.
+type decodeRawElem struct {
+	key, keyEnd []byte
+	flags       uint32
+	el          Element
+}
+
+func (k *Kernel) dumpElements(ctx context.Context, t Table, s *Set) ([]Element, error) {
+	var raws []decodeRawElem
+	err := k.conn.dump(ctx, unix.NFT_MSG_GETSETELEM, t.Family, func(w *nlBuf) {
+		w.str(unix.NFTA_SET_ELEM_LIST_TABLE, t.Name)
+		w.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
+	}, func(m nlMsg) error {
+		if len(m.data) < nlNfgenLen {
+			return nil
+		}
+		a := nlAttrMap(m.data[nlNfgenLen:])
+		for _, e := range nlParseAttrs(a[unix.NFTA_SET_ELEM_LIST_ELEMENTS]) {
+			r, err := decodeElem(s, e.data)
+			if err != nil {
+				return err
+			}
+			raws = append(raws, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	bigHost := codecHostToBig(s.Interval)
+	if s.Interval && len(s.Key) == 1 {
+		raws = decodeJoinIntervals(raws)
+	}
+	out := make([]Element, 0, len(raws))
+	for _, r := range raws {
+		el := r.el
+		if el.Key, err = codecDecodeKey(r.key, s.Key, bigHost); err != nil {
+			return nil, fmt.Errorf("element key %x: %w", r.key, err)
+		}
+		if s.Interval && r.keyEnd != nil {
+			if el.KeyEnd, err = codecDecodeKey(r.keyEnd, s.Key, bigHost); err != nil {
+				return nil, fmt.Errorf("element key end %x: %w", r.keyEnd, err)
+			}
+		}
+		out = append(out, el)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return decodeKeyLess(out[i].Key, out[j].Key) })
+	return out, nil
+}
+
+func decodeElem(s *Set, b []byte) (decodeRawElem, error) {
+	a := nlAttrMap(b)
+	r := decodeRawElem{el: Element{Set: s.Name}}
+	r.key = nlAttrMap(a[unix.NFTA_SET_ELEM_KEY])[unix.NFTA_DATA_VALUE]
+	if ke, ok := a[codecSetElemKeyEnd]; ok {
+		r.keyEnd = nlAttrMap(ke)[unix.NFTA_DATA_VALUE]
+	}
+	r.flags = nlU32(a[unix.NFTA_SET_ELEM_FLAGS])
+	if d, ok := a[unix.NFTA_SET_ELEM_DATA]; ok {
+		da := nlAttrMap(d)
+		if v, ok := da[unix.NFTA_DATA_VERDICT]; ok {
+			va := nlAttrMap(v)
+			vd, err := decodeVerdictCode(int32(nlU32(va[unix.NFTA_VERDICT_CODE])), nlStr(va[unix.NFTA_VERDICT_CHAIN]))
+			if err != nil {
+				return r, err
+			}
+			r.el.Verdict = &vd
+		} else if val, ok := da[unix.NFTA_DATA_VALUE]; ok && s.IsMap() {
+			vals, err := codecDecodeKey(val, s.Data, false)
+			if err != nil {
+				return r, fmt.Errorf("element data %x: %w", val, err)
+			}
+			r.el.Data = vals
+		}
+	}
+	if to, ok := a[unix.NFTA_SET_ELEM_TIMEOUT]; ok {
+		d := time.Duration(nlU64(to)) * time.Millisecond
+		if d != s.Timeout {
+			r.el.Timeout = d
+		}
+	}
+	if ud, ok := a[unix.NFTA_SET_ELEM_USERDATA]; ok {
+		r.el.Comment = decodeUdataString(decodeUdata(ud)[codecUdataElemComment])
+	}
+	return r, nil
+}
+
+// decodeJoinIntervals turns a single-field interval set's start and INTERVAL_END elements back
+// into ranges with inclusive ends: each start runs to the key before the next end element, or to
+// the top of the key space if none follows.
+func decodeJoinIntervals(raws []decodeRawElem) []decodeRawElem {
+	sort.SliceStable(raws, func(i, j int) bool { return bytes.Compare(raws[i].key, raws[j].key) < 0 })
+	var out []decodeRawElem
+	for i := 0; i < len(raws); i++ {
+		r := raws[i]
+		if r.flags&codecElemIntervalEnd != 0 {
+			continue // an end without a start: nft's zero element, or a stray
+		}
+		if i+1 < len(raws) && raws[i+1].flags&codecElemIntervalEnd != 0 {
+			r.keyEnd = codecDecrement(raws[i+1].key)
+			i++
+		} else {
+			r.keyEnd = bytes.Repeat([]byte{0xff}, len(r.key))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func decodeVerdictCode(code int32, chain string) (Verdict, error) {
+	switch code {
+	case codecVerdictAcceptCode:
+		return Verdict{Kind: VerdictAccept}, nil
+	case codecVerdictDropCode:
+		return Verdict{Kind: VerdictDrop}, nil
+	case unix.NFT_RETURN:
+		return Verdict{Kind: VerdictReturn}, nil
+	case unix.NFT_CONTINUE:
+		return Verdict{Kind: VerdictContinue}, nil
+	case unix.NFT_JUMP:
+		return Verdict{Kind: VerdictJump, Chain: chain}, nil
+	case unix.NFT_GOTO:
+		return Verdict{Kind: VerdictGoto, Chain: chain}, nil
+	}
+	return Verdict{}, fmt.Errorf("unknown verdict code %d", code)
+}
+
+// decodeKeyLess orders keys field by field, giving Dump a stable element order.
+func decodeKeyLess(a, b []Value) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i].Type != b[i].Type {
+			return a[i].Type < b[i].Type
+		}
+		if c := a[i].Addr.Compare(b[i].Addr); c != 0 {
+			return c < 0
+		}
+		if a[i].Num != b[i].Num {
+			return a[i].Num < b[i].Num
+		}
+	}
+	return len(a) < len(b)
+}
+
+func (k *Kernel) dumpRules(ctx context.Context, t Table, rs *Ruleset) ([]Rule, error) {
+	sets := map[string]*Set{}
+	for i := range rs.Sets {
+		sets[rs.Sets[i].Name] = &rs.Sets[i]
+	}
+	var out []Rule
+	err := k.conn.dump(ctx, unix.NFT_MSG_GETRULE, t.Family, func(w *nlBuf) { w.str(unix.NFTA_RULE_TABLE, t.Name) }, func(m nlMsg) error {
+		if len(m.data) < nlNfgenLen {
+			return nil
+		}
+		a := nlAttrMap(m.data[nlNfgenLen:])
+		if nlStr(a[unix.NFTA_RULE_TABLE]) != t.Name {
+			return nil
+		}
+		r := Rule{Chain: nlStr(a[unix.NFTA_RULE_CHAIN]), Handle: nlU64(a[unix.NFTA_RULE_HANDLE])}
+		if ud, ok := a[unix.NFTA_RULE_USERDATA]; ok {
+			r.Comment = decodeUdataString(decodeUdata(ud)[codecUdataRuleComment])
+		}
+		r.Exprs = decodeRuleExprs(t.Family, a[unix.NFTA_RULE_EXPRESSIONS], sets)
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	order := map[string]int{}
+	for i, c := range rs.Chains {
+		order[c.Name] = i
+	}
+	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Chain] < order[out[j].Chain] })
+	return out, nil
+}
+
+func decodeU32Host(b []byte) (uint32, bool) {
+	if len(b) != 4 {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(b), true
+}

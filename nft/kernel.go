@@ -1,0 +1,234 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kernel is the real nftables, programmed over one lasting NETLINK_NETFILTER socket. Every Apply
+// is one nfnetlink batch sent in one sendmsg, so the kernel commits all of it or none of it.
+//
+// A Kernel is not safe for concurrent use: one reconciler goroutine owns it (sequence numbers and
+// the socket's replies belong to one request at a time).
+type Kernel struct {
+	conn *nlConn
+}
+
+var _ Interface = (*Kernel)(nil)
+
+// KernelOption configures NewKernel.
+type KernelOption func(*kernelConfig)
+
+type kernelConfig struct {
+	netnsFD int
+}
+
+// WithNetNS programs the network namespace open at fd (e.g. /proc/<pid>/ns/net) instead of the
+// caller's own; tests use it to work in a private namespace.
+func WithNetNS(fd int) KernelOption {
+	return func(c *kernelConfig) { c.netnsFD = fd }
+}
+
+// NewKernel opens the netlink connection. It needs CAP_NET_ADMIN in the target namespace.
+func NewKernel(opts ...KernelOption) (*Kernel, error) {
+	var cfg kernelConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := nlDial(cfg.netnsFD)
+	if err != nil {
+		return nil, err
+	}
+	return &Kernel{conn: c}, nil
+}
+
+// Close releases the socket.
+func (k *Kernel) Close() error { return k.conn.close() }
+
+// Apply sends tx as one batch (see README.md, "ACKs and errors"): only BATCH_END asks for an
+// acknowledgement, the kernel reports every refused message by its sequence number, and the
+// replies are read once the kernel has processed the whole batch (it does so inside sendmsg).
+// A refused op comes back as *OpError naming it.
+func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
+	st := Stats{Ops: len(tx.Ops)}
+	if tx.Table.Name == "" || (tx.Table.Family != IPv4 && tx.Table.Family != IPv6) {
+		return st, fmt.Errorf("apply: transaction on %q: needs a table name and family IPv4 or IPv6", tx.Table)
+	}
+	if len(tx.Ops) == 0 {
+		return st, nil
+	}
+	b, err := k.encode(ctx, tx)
+	if err != nil {
+		return st, err
+	}
+	st.Messages, st.Bytes = len(b.msgs)+2, len(b.w.b)
+	if err := k.conn.growSnd(len(b.w.b)); err != nil {
+		return st, fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+	}
+	// Error replies are small (capped, no echo of the request); make room for one per message.
+	if err := k.conn.growRcv(len(b.msgs) * 1024); err != nil {
+		return st, fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+	}
+	start := time.Now()
+	if err := k.conn.send(ctx, b.w.b); err != nil {
+		return st, fmt.Errorf("apply transaction (%d ops, %d bytes): send: %w", len(tx.Ops), len(b.w.b), err)
+	}
+	err = k.collect(ctx, tx, b)
+	st.Duration = time.Since(start)
+	return st, err
+}
+
+// encode builds the batch: BATCH_BEGIN, the ops' messages, BATCH_END (with NLM_F_ACK).
+func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, error) {
+	txSets := map[string]*codecSetInfo{}
+	nextID := uint32(1)
+	for _, op := range tx.Ops {
+		if s, ok := op.Object.(*Set); ok && op.Verb == VerbAdd {
+			if _, dup := txSets[s.Name]; !dup {
+				txSets[s.Name] = &codecSetInfo{set: *s, id: nextID}
+				nextID++
+			}
+		}
+	}
+	var kernelSets map[string]*codecSetInfo
+	lookup := func(name string) (*codecSetInfo, error) {
+		if s, ok := txSets[name]; ok {
+			return s, nil
+		}
+		if kernelSets == nil {
+			kernelSets = map[string]*codecSetInfo{}
+			sets, err := k.dumpSets(ctx, tx.Table)
+			if err != nil && !IsNotFound(err) {
+				return nil, fmt.Errorf("read sets of table %s: %w", tx.Table, err)
+			}
+			for _, s := range sets {
+				kernelSets[s.Name] = &codecSetInfo{set: s}
+			}
+		}
+		if s, ok := kernelSets[name]; ok {
+			return s, nil
+		}
+		return nil, codecNotFound("set %s not in table %s nor added by this transaction", name, tx.Table)
+	}
+	n := len(tx.Ops) + 2
+	b := &codecBatch{fam: tx.Table.Family, table: tx.Table.Name, seq0: k.conn.nextSeq(n + 16), sets: lookup}
+	rc := &codecRuleCtx{fam: tx.Table.Family, sets: func(name string) (codecSetRef, error) {
+		s, err := lookup(name)
+		if err != nil {
+			return codecSetRef{}, err
+		}
+		return codecSetRef{interval: s.set.Interval, id: s.id, data: s.set.Data}, nil
+	}}
+	begin := b.w.beginMsg(unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	b.w.endMsg(begin)
+	for i, op := range tx.Ops {
+		if err := b.addOp(i, op, rc); err != nil {
+			oe := &OpError{Index: i, Op: codecOpName(op), Object: codecObjectDesc(tx.Table, op), Err: err}
+			if errors.Is(err, syscall.ENOENT) {
+				oe.Err = fmt.Errorf("%v: %w", err, syscall.ENOENT)
+			} else {
+				oe.Err = fmt.Errorf("%v: %w", err, syscall.EINVAL)
+			}
+			return nil, fmt.Errorf("apply transaction (%d ops): nothing sent: %w", len(tx.Ops), oe)
+		}
+	}
+	b.closeElems()
+	// Sequence numbers were reserved for one message per op; element chunks use fewer, and the
+	// reservation is widened here if any op produced more than one message (never today).
+	if extra := len(b.msgs) + 2 - (n + 16); extra > 0 {
+		k.conn.nextSeq(extra)
+	}
+	endSeq := b.seq0 + 1 + uint32(len(b.msgs))
+	end := b.w.beginMsg(unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST|unix.NLM_F_ACK, endSeq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	b.w.endMsg(end)
+	return b, nil
+}
+
+// collect reads the kernel's verdict on the batch just sent. The kernel processed the batch
+// synchronously inside sendmsg, so every reply is already queued: read until the queue is empty.
+// Success: no error reply (kernels that honour NLM_F_ACK on BATCH_END also send its ACK).
+// Failure: one error per refused message; the first becomes the returned OpError.
+func (k *Kernel) collect(ctx context.Context, tx *Transaction, b *codecBatch) error {
+	var errs []nlErrReply
+	endSeq := b.seq0 + 1 + uint32(len(b.msgs))
+	for {
+		msgs, err := k.conn.recv(ctx, false)
+		if err != nil {
+			if errors.Is(err, unix.ENOBUFS) {
+				// Only error replies can overflow the buffer (a commit sends at most one ACK), so
+				// the batch was refused; the errors that did fit are still reported below.
+				errs = append(errs, nlErrReply{errno: unix.ENOBUFS, seq: b.seq0, offset: -1,
+					msg: "too many error replies for the receive buffer; the transaction was aborted"})
+				continue
+			}
+			return fmt.Errorf("apply transaction (%d ops): read kernel replies: %w", len(tx.Ops), err)
+		}
+		if msgs == nil {
+			break
+		}
+		for _, m := range msgs {
+			if m.typ != unix.NLMSG_ERROR || m.seq < b.seq0 || m.seq > endSeq {
+				continue
+			}
+			e, err := nlParseError(m)
+			if err != nil {
+				return fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+			}
+			if e.errno != 0 {
+				errs = append(errs, e)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].seq < errs[j].seq })
+	first := k.opError(tx, b, errs[0])
+	if len(errs) > 1 {
+		return fmt.Errorf("apply transaction (%d ops): %d ops refused, first: %w", len(tx.Ops), len(errs), first)
+	}
+	return fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), first)
+}
+
+// opError maps an error reply back to the op that caused it: by sequence number to the message,
+// and for element lists by the failing attribute's offset to the element.
+func (k *Kernel) opError(tx *Transaction, b *codecBatch, e nlErrReply) *OpError {
+	i := int(e.seq) - int(b.seq0) - 1
+	if i < 0 || i >= len(b.msgs) {
+		return &OpError{Index: -1, Err: e.errno, Detail: e.msg}
+	}
+	m := b.msgs[i]
+	idx := m.op
+	if e.offset >= 0 && len(m.elemOffs) > 0 {
+		j := sort.SearchInts(m.elemOffs, e.offset+1) - 1
+		if j >= 0 {
+			idx = m.elemOps[j]
+		}
+	}
+	op := tx.Ops[idx]
+	return &OpError{Index: idx, Op: codecOpName(op), Object: codecObjectDesc(tx.Table, op), Err: e.errno, Detail: e.msg}
+}
+
+// ListTables returns the names of the tables of family f.
+func (k *Kernel) ListTables(ctx context.Context, f Family) ([]string, error) {
+	var names []string
+	err := k.conn.dump(ctx, unix.NFT_MSG_GETTABLE, f, nil, func(m nlMsg) error {
+		if len(m.data) < nlNfgenLen || Family(m.data[0]) != f {
+			return nil
+		}
+		a := nlAttrMap(m.data[nlNfgenLen:])
+		names = append(names, nlStr(a[unix.NFTA_TABLE_NAME]))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %v tables: %w", f, err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
