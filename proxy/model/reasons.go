@@ -1,0 +1,60 @@
+package model
+
+import "fmt"
+
+// Rejection reasons: the stable labels of Rejection.Reason. They are metric label values and
+// Event reasons, so they never change once released; REASONS.md explains each one and what the
+// user should do.
+const (
+	// ReasonAnnotationSyntax: an nftproxy.io annotation does not parse (missing '=', not a
+	// number, start 0, duplicate name, empty entry, all-ports not "true"/"false").
+	ReasonAnnotationSyntax = "AnnotationSyntax"
+	// ReasonRangeEndBeforeStart: a range ends before it starts.
+	ReasonRangeEndBeforeStart = "RangeEndBeforeStart"
+	// ReasonRangeEndTooLarge: a range goes past port 65535.
+	ReasonRangeEndTooLarge = "RangeEndTooLarge"
+	// ReasonRangeStartMismatch: a range's start differs from its ServicePort's port.
+	ReasonRangeStartMismatch = "RangeStartMismatch"
+	// ReasonUnknownPortName: port-ranges names a port the Service does not have.
+	ReasonUnknownPortName = "UnknownPortName"
+	// ReasonTargetPortRemap: a range or all-ports port has a targetPort other than its port.
+	ReasonTargetPortRemap = "TargetPortRemap"
+	// ReasonPortOverlap: two ports or ranges of one protocol overlap within the Service (its
+	// service ports, or its node ports).
+	ReasonPortOverlap = "PortOverlap"
+	// ReasonAllPortsNodePort: all-ports on a Service of type NodePort.
+	ReasonAllPortsNodePort = "AllPortsNodePort"
+	// ReasonAllPortsHeadless: all-ports on a headless Service (clusterIP: None).
+	ReasonAllPortsHeadless = "AllPortsHeadless"
+	// ReasonAllPortsExternalIPs: all-ports on a Service with externalIPs.
+	ReasonAllPortsExternalIPs = "AllPortsExternalIPs"
+	// ReasonAllPortsWithRanges: all-ports and port-ranges on the same Service.
+	ReasonAllPortsWithRanges = "AllPortsWithRanges"
+	// ReasonNodePortRangeWidth: a node-port block's width differs from its port range's width.
+	ReasonNodePortRangeWidth = "NodePortRangeWidth"
+	// ReasonNodePortRangeUnknownName: node-port-ranges names a port that is not a port range.
+	ReasonNodePortRangeUnknownName = "NodePortRangeUnknownName"
+	// ReasonInvalidAddress: a clusterIP, externalIP or loadBalancerSourceRange does not parse.
+	ReasonInvalidAddress = "InvalidAddress"
+	// ReasonInvalidPort: a port number outside 1..65535 or a protocol other than TCP/UDP/SCTP.
+	ReasonInvalidPort = "InvalidPort"
+	// ReasonServiceConflict: the Service's ports overlap those of an older Service on the same
+	// IP and protocol (or on the node ports).
+	ReasonServiceConflict = "ServiceConflict"
+)
+
+// AllReasons lists every reason, for metric initialisation and documentation tests.
+func AllReasons() []string {
+	return []string{
+		ReasonAnnotationSyntax, ReasonRangeEndBeforeStart, ReasonRangeEndTooLarge,
+		ReasonRangeStartMismatch, ReasonUnknownPortName, ReasonTargetPortRemap, ReasonPortOverlap,
+		ReasonAllPortsNodePort, ReasonAllPortsHeadless, ReasonAllPortsExternalIPs,
+		ReasonAllPortsWithRanges, ReasonNodePortRangeWidth, ReasonNodePortRangeUnknownName,
+		ReasonInvalidAddress, ReasonInvalidPort, ReasonServiceConflict,
+	}
+}
+
+// reject builds a Rejection whose message starts with the Service's key.
+func reject(key ServiceKey, reason, format string, args ...any) *Rejection {
+	return &Rejection{Reason: reason, Message: fmt.Sprintf("service %s: ", key) + fmt.Sprintf(format, args...)}
+}
