@@ -61,6 +61,15 @@ func decodeRawExprs(fam Family, b []byte) []decodeRaw {
 		name := nlStr(a[unix.NFTA_EXPR_NAME])
 		data := a[unix.NFTA_EXPR_DATA]
 		e := decodeNewExpr(name)
+		if name == "byteorder" {
+			// google/nftables v0.3.0 cannot unmarshal byteorder; read its attributes here.
+			ba := nlAttrMap(data)
+			out = append(out, decodeRaw{name: name, e: &expr.Byteorder{
+				SourceRegister: nlU32(ba[unix.NFTA_BYTEORDER_SREG]), DestRegister: nlU32(ba[unix.NFTA_BYTEORDER_DREG]),
+				Op: expr.ByteorderOp(nlU32(ba[unix.NFTA_BYTEORDER_OP])), Len: nlU32(ba[unix.NFTA_BYTEORDER_LEN]),
+				Size: nlU32(ba[unix.NFTA_BYTEORDER_SIZE])}})
+			continue
+		}
 		if e != nil {
 			if err := expr.Unmarshal(byte(fam), data, e); err != nil {
 				e = nil
@@ -225,8 +234,7 @@ func decodeShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr, int)
 		l, ok1 := at(1).(*expr.Lookup)
 		nat, ok2 := at(2).(*expr.NAT)
 		if !ok1 || !ok2 || e.Register != 1 || e.Type != unix.NFT_NG_RANDOM || e.Offset != 0 ||
-			l.SourceRegister != 1 || !l.IsDestRegSet || l.DestRegister != 1 || l.Invert ||
-			nat.Type != expr.NATTypeDestNAT || nat.RegAddrMin != 1 || nat.RegAddrMax != 0 || nat.RegProtoMax != 0 {
+			l.SourceRegister != 1 || !l.IsDestRegSet || l.DestRegister != 1 || l.Invert || !decodeNATPlain(nat) {
 			return nil, 0
 		}
 		d := DNATNumgen{Modulus: e.Modulus, Map: l.SetName}
@@ -419,8 +427,7 @@ func decodeDNAT(fam Family, raws []decodeRaw) (Expr, int) {
 		return nil, 0
 	}
 	nat, ok := raws[n].e.(*expr.NAT)
-	if !ok || nat.Type != expr.NATTypeDestNAT || nat.RegAddrMin != 1 || nat.RegAddrMax != 0 || nat.RegProtoMax != 0 ||
-		nat.Random || nat.FullyRandom || nat.Persistent || nat.Prefix {
+	if !ok || !decodeNATPlain(nat) {
 		return nil, 0
 	}
 	if (d.Port != 0) != (nat.RegProtoMin == 2) {
@@ -429,3 +436,12 @@ func decodeDNAT(fam Family, raws []decodeRaw) (Expr, int) {
 	return d, n + 1
 }
 
+// decodeNATPlain matches "dnat" from register 1 with no range and no flags but the one nft sets
+// with a port. The kernel reports each max register equal to its min when none was sent.
+func decodeNATPlain(nat *expr.NAT) bool {
+	return nat.Type == expr.NATTypeDestNAT && nat.RegAddrMin == 1 &&
+		(nat.RegAddrMax == 0 || nat.RegAddrMax == nat.RegAddrMin) &&
+		(nat.RegProtoMax == 0 || nat.RegProtoMax == nat.RegProtoMin) &&
+		nat.Specified == (nat.RegProtoMin != 0) &&
+		!nat.Random && !nat.FullyRandom && !nat.Persistent && !nat.Prefix
+}

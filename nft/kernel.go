@@ -96,6 +96,7 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 			}
 		}
 	}
+	codecNumgenModuli(tx, txSets)
 	var kernelSets map[string]*codecSetInfo
 	lookup := func(name string) (*codecSetInfo, error) {
 		if s, ok := txSets[name]; ok {
@@ -231,4 +232,26 @@ func (k *Kernel) ListTables(ctx context.Context, f Family) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// codecNumgenModuli finds, for each integer-keyed map added by tx, the modulus of the numgen that
+// fills its key: from a DNATNumgen rule of tx naming it, else one more than its largest key in tx.
+func codecNumgenModuli(tx *Transaction, sets map[string]*codecSetInfo) {
+	for _, op := range tx.Ops {
+		switch o := op.Object.(type) {
+		case *Rule:
+			for _, e := range o.Exprs {
+				if d, ok := e.(DNATNumgen); ok && sets[d.Map] != nil {
+					sets[d.Map].modulus = d.Modulus
+				}
+			}
+		}
+	}
+	for _, op := range tx.Ops {
+		if el, ok := op.Object.(*Element); ok && op.Verb == VerbAdd && len(el.Key) == 1 {
+			if s := sets[el.Set]; s != nil && el.Key[0].Type == TypeInteger && s.modulus <= el.Key[0].Num {
+				s.modulus = el.Key[0].Num + 1
+			}
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -79,7 +80,9 @@ func kernelShapes() []kernelShape {
 	}
 	tcp := Cmp{Field: FieldL4Proto, Value: Proto(unix.IPPROTO_TCP)}
 	return []kernelShape{
-		{"cmp-daddr", "prerouting", func(f Family) []Expr { return []Expr{Cmp{Field: FieldDaddr, Value: Addr(ip(f, "198.18.0.1", "fd00::1"))}} }},
+		{"cmp-daddr", "prerouting", func(f Family) []Expr {
+			return []Expr{Cmp{Field: FieldDaddr, Value: Addr(ip(f, "198.18.0.1", "fd00::1"))}}
+		}},
 		{"cmp-saddr-neg", "prerouting", func(f Family) []Expr {
 			return []Expr{Cmp{Field: FieldSaddr, Neg: true, Value: Addr(ip(f, "198.18.0.2", "fd00::2"))}}
 		}},
@@ -116,7 +119,9 @@ func kernelShapes() []kernelShape {
 		}},
 		{"ct-state-invalid", "filter-input", func(Family) []Expr { return []Expr{CtState{Mask: CtStateInvalid}, Verdict{Kind: VerdictDrop}} }},
 		{"ct-status", "postrouting", func(Family) []Expr { return []Expr{CtStatus{Mask: CtStatusDNAT}, Verdict{Kind: VerdictAccept}} }},
-		{"fib-local", "prerouting", func(Family) []Expr { return []Expr{FibAddrType{Daddr: true}, Verdict{Kind: VerdictJump, Chain: "svc-a"}} }},
+		{"fib-local", "prerouting", func(Family) []Expr {
+			return []Expr{FibAddrType{Daddr: true}, Verdict{Kind: VerdictJump, Chain: "svc-a"}}
+		}},
 		{"fib-not-local", "prerouting", func(Family) []Expr { return []Expr{FibAddrType{Daddr: true, Neg: true}, Verdict{Kind: VerdictReturn}} }},
 		{"fib-saddr", "prerouting", func(Family) []Expr { return []Expr{FibAddrType{}, Verdict{Kind: VerdictContinue}} }},
 		{"mark-or", "svc-a", func(Family) []Expr { return []Expr{MarkOr{Bits: 0x4000}} }},
@@ -165,14 +170,37 @@ func kernelNftDebugRules(t *testing.T, ns *netns.NS, fam Family) string {
 	}
 	var keep []string
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "  [") || strings.HasPrefix(l, fam.String()+" nftproxy ") {
+		if strings.HasPrefix(l, "  [") {
 			keep = append(keep, l)
+		} else if f := strings.Fields(l); strings.HasPrefix(l, fam.String()+" nftproxy ") && len(f) >= 3 {
+			keep = append(keep, strings.Join(f[:3], " ")) // without handle and position
 		}
 	}
 	return strings.Join(keep, "\n")
 }
 
-var kernelHandleRE = regexp.MustCompile(` # handle \d+`)
+var (
+	kernelHandleRE  = regexp.MustCompile(` # handle \d+`)
+	kernelExpiresRE = regexp.MustCompile(` expires [0-9hms]+`)
+)
+
+// kernelLineDiff shows the first differing line of two texts.
+func kernelLineDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return fmt.Sprintf("line %d:\n got %q\nwant %q", i+1, gl, wl)
+		}
+	}
+	return ""
+}
 
 // TestKernelShapes applies every object kind and rule shape, in ip and ip6 tables, and checks:
 // nft -j sees exactly the rules sent; Dump returns what was sent; `nft list ruleset` fed to `nft -f`
@@ -259,13 +287,14 @@ func kernelCheckRoundTrip(t *testing.T, ns *netns.NS, fam Family) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	text, text2 = kernelExpiresRE.ReplaceAllString(text, ""), kernelExpiresRE.ReplaceAllString(text2, "")
 	if text != text2 {
-		t.Errorf("listing changed after nft -f:\n got %s\nwant %s", text2, text)
+		t.Errorf("listing changed after nft -f: %s", kernelLineDiff(text2, text))
 	}
 	b1 := kernelHandleRE.ReplaceAllString(kernelNftDebugRules(t, ns, fam), "")
 	b2 := kernelHandleRE.ReplaceAllString(kernelNftDebugRules(t, ns2, fam), "")
 	if b1 != b2 {
-		t.Errorf("bytecode differs from what nft writes for the same text:\n ours %s\n nft's %s", b1, b2)
+		t.Errorf("bytecode differs from what nft writes for the same text (got: nft's, want: ours): %s", kernelLineDiff(b2, b1))
 	}
 }
 
