@@ -1,0 +1,301 @@
+package reconciler
+
+import (
+	"sort"
+	"time"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// keys are the names whose desired and applied states may differ.
+type keys struct {
+	chains, sets, elems map[string]bool
+}
+
+func newKeys() keys {
+	return keys{chains: map[string]bool{}, sets: map[string]bool{}, elems: map[string]bool{}}
+}
+
+func allKeys(ixs ...*index) keys {
+	k := newKeys()
+	for _, ix := range ixs {
+		for n := range ix.chains {
+			k.chains[n] = true
+		}
+		for n := range ix.sets {
+			k.sets[n] = true
+		}
+		for n := range ix.elems {
+			k.elems[n] = true
+		}
+	}
+	return k
+}
+
+// plan is the operations for one table, grouped so that emit can order them safely: nothing is
+// referenced before it exists, nothing is deleted while something still refers to it.
+type plan struct {
+	t           nft.Table
+	addChains   []nft.Chain
+	replChains  []nft.Chain // base chains whose hook or priority changed: flush, delete, add
+	flushChains []string
+	delElems    []nft.Element
+	delSets     []string
+	addSets     []nft.Set
+	addElems    []nft.Element
+	addRules    []nft.Rule
+	delChains   []string
+	newStale    []string
+	keys        keys
+	dropSets    map[string]bool // sets deleted or recreated: their applied elements are gone
+}
+
+func (r *Reconciler) plan(tb *table, ks keys) *plan {
+	d, a := tb.desired, tb.applied
+	p := &plan{t: tb.t, keys: ks, dropSets: map[string]bool{}}
+	flushed := map[string]bool{}
+	rewrite := func(name string) { // flush a chain and, if wanted, write its rules again
+		if flushed[name] {
+			return
+		}
+		flushed[name] = true
+		if _, ok := a.chains[name]; ok {
+			p.flushChains = append(p.flushChains, name)
+		}
+		if dc, ok := d.chains[name]; ok {
+			p.addRules = append(p.addRules, dc.Rules...)
+		}
+	}
+
+	// Sets first: recreating or deleting one forces a rewrite of the chains that refer to it.
+	for _, n := range sorted(ks.sets) {
+		ds, inD := d.sets[n]
+		as, inA := a.sets[n]
+		switch {
+		case inD && !inA:
+			p.addSets = append(p.addSets, *ds)
+		case inD && inA && !sameSet(ds, as):
+			p.delSets = append(p.delSets, n)
+			p.addSets = append(p.addSets, *ds)
+			p.dropSets[n] = true
+		case !inD && inA:
+			p.delSets = append(p.delSets, n)
+			p.dropSets[n] = true
+		}
+	}
+	for n := range p.dropSets {
+		for _, c := range sortedRefs(a, n) {
+			rewrite(c)
+		}
+	}
+
+	for _, n := range sorted(ks.chains) {
+		dc, inD := d.chains[n]
+		ac, inA := a.chains[n]
+		switch {
+		case inD && !inA:
+			p.addChains = append(p.addChains, dc.Chain)
+			p.addRules = append(p.addRules, dc.Rules...)
+			flushed[n] = true
+		case inD && inA && !sameChain(&dc.Chain, &ac.Chain):
+			p.replChains = append(p.replChains, dc.Chain)
+			p.addRules = append(p.addRules, dc.Rules...)
+			flushed[n] = true
+		case inD && inA && !sameRules(dc.Rules, ac.Rules):
+			rewrite(n)
+		case !inD && inA:
+			if len(ac.Rules) > 0 {
+				rewrite(n)
+			}
+			p.newStale = append(p.newStale, n)
+		}
+	}
+	now := r.now()
+	for n, since := range tb.stale {
+		if _, wanted := d.chains[n]; wanted {
+			continue
+		}
+		if ac, ok := a.chains[n]; ok && len(ac.Rules) == 0 && !flushed[n] && now.Sub(since) >= StaleChainDelay {
+			p.delChains = append(p.delChains, n)
+		}
+	}
+	sort.Strings(p.delChains)
+
+	for _, id := range sorted(ks.elems) {
+		de, inD := d.elems[id]
+		ae, inA := a.elems[id]
+		if (inD && p.dropSets[de.el.Set]) || (inA && p.dropSets[ae.el.Set]) {
+			continue // handled with the set below
+		}
+		switch {
+		case inD && !inA:
+			p.addElems = append(p.addElems, de.el)
+		case inD && inA && !sameElement(&de.el, &ae.el):
+			p.delElems = append(p.delElems, ae.el)
+			p.addElems = append(p.addElems, de.el)
+		case !inD && inA:
+			if s, ok := a.sets[ae.el.Set]; ok && s.Dynamic {
+				continue // the packet path owns the elements of dynamic sets
+			}
+			p.delElems = append(p.delElems, ae.el)
+		}
+	}
+	for _, s := range p.addSets {
+		for _, id := range sortedSetElems(d, s.Name) {
+			p.addElems = append(p.addElems, d.elems[id].el)
+		}
+	}
+	return p
+}
+
+// emit appends the plan's operations to tx in a safe order.
+func (p *plan) emit(tx *nft.Transaction) {
+	if len(p.addChains)+len(p.replChains)+len(p.flushChains)+len(p.delElems)+len(p.delSets)+
+		len(p.addSets)+len(p.addElems)+len(p.addRules)+len(p.delChains) == 0 {
+		return
+	}
+	tx.Table = p.t
+	tx.Add(&nft.TableObj{})
+	for i := range p.addChains {
+		tx.Add(&p.addChains[i])
+	}
+	for i := range p.replChains {
+		c := p.replChains[i]
+		tx.Flush(&nft.Chain{Name: c.Name})
+		tx.Delete(&nft.Chain{Name: c.Name})
+		tx.Add(&c)
+	}
+	for _, n := range p.flushChains {
+		tx.Flush(&nft.Chain{Name: n})
+	}
+	for i := range p.delElems {
+		tx.Delete(&p.delElems[i])
+	}
+	for _, n := range p.delSets {
+		tx.Delete(&nft.Set{Name: n})
+	}
+	for i := range p.addSets {
+		tx.Add(&p.addSets[i])
+	}
+	for i := range p.addElems {
+		tx.Add(&p.addElems[i])
+	}
+	for i := range p.addRules {
+		tx.Add(&p.addRules[i])
+	}
+	for _, n := range p.delChains {
+		tx.Delete(&nft.Chain{Name: n})
+	}
+}
+
+// commit makes the applied index what the kernel now holds, after the transaction succeeded.
+func (p *plan) commit(tb *table, now time.Time) {
+	d, a := tb.desired, tb.applied
+	for n := range p.dropSets {
+		for id := range a.bySet[n] {
+			a.delElem(id)
+		}
+		a.delSet(n)
+	}
+	for n := range p.keys.sets {
+		if s, ok := d.sets[n]; ok {
+			a.putSet(s)
+		}
+	}
+	for _, s := range p.addSets {
+		for _, id := range sortedSetElems(d, s.Name) {
+			a.putElem(id, d.elems[id].el)
+		}
+	}
+	for id := range p.keys.elems {
+		if e, ok := d.elems[id]; ok {
+			a.putElem(id, e.el)
+		} else if ae, ok := a.elems[id]; ok && !a.isDynamic(ae.el.Set) {
+			a.delElem(id)
+		}
+	}
+	copyChain := func(n string) {
+		if dc, ok := d.chains[n]; ok {
+			a.putChain(dc)
+			delete(tb.stale, n)
+		}
+	}
+	for _, c := range p.addChains {
+		copyChain(c.Name)
+	}
+	for _, c := range p.replChains {
+		copyChain(c.Name)
+	}
+	for _, n := range p.flushChains {
+		if _, ok := d.chains[n]; ok {
+			copyChain(n)
+		} else if ac, ok := a.chains[n]; ok {
+			a.putChain(&ruleset.ChainDef{Chain: ac.Chain})
+		}
+	}
+	for n := range p.keys.chains {
+		copyChain(n)
+	}
+	for _, n := range p.newStale {
+		if _, ok := tb.stale[n]; !ok {
+			tb.stale[n] = now
+		}
+	}
+	for _, n := range p.delChains {
+		a.delChain(n)
+		delete(tb.stale, n)
+	}
+}
+
+// driftFrom counts objects whose kernel state (tb.applied, just read back) differs from what we
+// believed we had applied.
+func (p *plan) driftFrom(believed *index, tb *table) int {
+	k := tb.applied
+	n := 0
+	for name := range allKeys(believed, k).chains {
+		bc, inB := believed.chains[name]
+		kc, inK := k.chains[name]
+		if inB != inK || (inB && (!sameChain(&bc.Chain, &kc.Chain) || !sameRules(bc.Rules, kc.Rules))) {
+			n++
+		}
+	}
+	for name := range allKeys(believed, k).sets {
+		bs, inB := believed.sets[name]
+		ks, inK := k.sets[name]
+		if inB != inK || (inB && !sameSet(bs, ks)) {
+			n++
+		}
+	}
+	for id := range allKeys(believed, k).elems {
+		be, inB := believed.elems[id]
+		ke, inK := k.elems[id]
+		if (inB && believed.isDynamic(be.el.Set)) || (inK && k.isDynamic(ke.el.Set)) {
+			continue
+		}
+		if inB != inK || (inB && !sameElement(&be.el, &ke.el)) {
+			n++
+		}
+	}
+	return n
+}
+
+func sorted(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedRefs(ix *index, set string) []string { return sorted(ix.refs[set]) }
+
+func sortedSetElems(ix *index, set string) []string {
+	out := make([]string, 0, len(ix.bySet[set]))
+	for id := range ix.bySet[set] {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}

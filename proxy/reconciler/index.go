@@ -1,0 +1,173 @@
+package reconciler
+
+import (
+	"reflect"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// elemEntry is one element and how many owners want it (a ClusterIP with several ports, an
+// endpoint behind several Services).
+type elemEntry struct {
+	el   nft.Element
+	refs int
+}
+
+// index is one table's objects, by name: what we want (desired) or what the kernel holds
+// (applied).
+type index struct {
+	chains map[string]*ruleset.ChainDef
+	sets   map[string]*nft.Set
+	elems  map[string]*elemEntry // by ruleset.ElementID
+	// bySet lists element IDs per set; refs lists, per set, the chains whose rules name it.
+	bySet map[string]map[string]bool
+	refs  map[string]map[string]bool
+}
+
+func newIndex() *index {
+	return &index{chains: map[string]*ruleset.ChainDef{}, sets: map[string]*nft.Set{}, elems: map[string]*elemEntry{},
+		bySet: map[string]map[string]bool{}, refs: map[string]map[string]bool{}}
+}
+
+func (ix *index) putChain(c *ruleset.ChainDef) {
+	ix.delChain(c.Chain.Name)
+	ix.chains[c.Chain.Name] = c
+	for _, r := range c.Rules {
+		for _, s := range setsOf(r) {
+			if ix.refs[s] == nil {
+				ix.refs[s] = map[string]bool{}
+			}
+			ix.refs[s][c.Chain.Name] = true
+		}
+	}
+}
+
+func (ix *index) delChain(name string) {
+	if old, ok := ix.chains[name]; ok {
+		for _, r := range old.Rules {
+			for _, s := range setsOf(r) {
+				delete(ix.refs[s], name)
+				if len(ix.refs[s]) == 0 {
+					delete(ix.refs, s)
+				}
+			}
+		}
+		delete(ix.chains, name)
+	}
+}
+
+func (ix *index) putSet(s *nft.Set)  { ix.sets[s.Name] = s }
+func (ix *index) delSet(name string) { delete(ix.sets, name) }
+
+func (ix *index) isDynamic(set string) bool {
+	s, ok := ix.sets[set]
+	return ok && s.Dynamic
+}
+
+// putElem sets an element keeping its reference count (1 for a new one).
+func (ix *index) putElem(id string, e nft.Element) {
+	if cur, ok := ix.elems[id]; ok {
+		cur.el = e
+		return
+	}
+	ix.elems[id] = &elemEntry{el: e, refs: 1}
+	if ix.bySet[e.Set] == nil {
+		ix.bySet[e.Set] = map[string]bool{}
+	}
+	ix.bySet[e.Set][id] = true
+}
+
+func (ix *index) delElem(id string) {
+	if cur, ok := ix.elems[id]; ok {
+		delete(ix.bySet[cur.el.Set], id)
+		if len(ix.bySet[cur.el.Set]) == 0 {
+			delete(ix.bySet, cur.el.Set)
+		}
+		delete(ix.elems, id)
+	}
+}
+
+// setsOf names the sets and maps a rule refers to.
+func setsOf(r nft.Rule) []string {
+	var out []string
+	for _, e := range r.Exprs {
+		switch x := e.(type) {
+		case nft.CmpSet:
+			out = append(out, x.Set)
+		case nft.VMap:
+			out = append(out, x.Map)
+		case nft.DNATNumgen:
+			out = append(out, x.Map)
+		case nft.SetUpdate:
+			out = append(out, x.Set)
+		}
+	}
+	return out
+}
+
+// indexFromDump turns a kernel read-back into an index. Rule handles are kept on the rules (they
+// are ignored when comparing) so single stray rules could be deleted.
+func indexFromDump(rs *nft.Ruleset) *index {
+	ix := newIndex()
+	byChain := map[string][]nft.Rule{}
+	for _, r := range rs.Rules {
+		byChain[r.Chain] = append(byChain[r.Chain], r)
+	}
+	for _, c := range rs.Chains {
+		ix.putChain(&ruleset.ChainDef{Chain: c, Rules: byChain[c.Name]})
+	}
+	for i := range rs.Sets {
+		s := rs.Sets[i]
+		ix.putSet(&s)
+	}
+	for _, els := range rs.Elements {
+		for _, e := range els {
+			ix.putElem(ruleset.ElementID(&e), e)
+		}
+	}
+	return ix
+}
+
+func (ix *index) counts() (chains, rules, sets, elems int) {
+	for _, c := range ix.chains {
+		rules += len(c.Rules)
+	}
+	return len(ix.chains), rules, len(ix.sets), len(ix.elems)
+}
+
+func sameChain(a, b *nft.Chain) bool { return reflect.DeepEqual(a.Base, b.Base) }
+
+// sameRules compares rule lists ignoring kernel handles.
+func sameRules(a, b []nft.Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		x.Handle, y.Handle = 0, 0
+		if len(x.Exprs) == 0 && len(y.Exprs) == 0 {
+			x.Exprs, y.Exprs = nil, nil
+		}
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameSet(a, b *nft.Set) bool {
+	x, y := *a, *b
+	if len(x.Data) == 0 && len(y.Data) == 0 {
+		x.Data, y.Data = nil, nil
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+// sameElement compares what an element maps to (its identity is already equal).
+func sameElement(a, b *nft.Element) bool {
+	if len(a.Data)+len(b.Data) > 0 && !reflect.DeepEqual(a.Data, b.Data) {
+		return false
+	}
+	return reflect.DeepEqual(a.Verdict, b.Verdict) && a.Comment == b.Comment && a.Timeout == b.Timeout
+}

@@ -1,0 +1,232 @@
+// Package reconciler keeps the kernel's nftproxy tables equal to the desired ruleset with as
+// little work as possible. Owners (the base layout, each Service) hand in their fragments; a
+// Commit sends only what changed since the last successful one, as one transaction for both
+// families. A full Commit reads the kernel back first and repairs whatever differs (start-up,
+// periodic resync, after a failure).
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// StaleChainDelay is how long a chain that is no longer wanted stays (flushed, unreferenced)
+// before it is deleted in a later transaction. Kernels before 6.2 may still count a reference
+// from a map element deleted in the same transaction and refuse the delete with EBUSY; waiting a
+// second, as upstream kube-proxy does, is safe everywhere.
+const StaleChainDelay = time.Second
+
+// Result describes one Commit.
+type Result struct {
+	Full  bool
+	Ops   int // operations sent (0: nothing to do)
+	Stats nft.Stats
+	// Repairs counts, on a full Commit, operations that corrected a kernel state that differed
+	// from what was last applied (drift: an operator's `nft flush ruleset`, a deleted element).
+	Repairs int
+	// Objects gives the desired object counts per family after the Commit.
+	Objects map[nft.Family]Counts
+}
+
+// Counts are the number of objects of one table.
+type Counts struct{ Chains, Rules, Sets, Elements int }
+
+type table struct {
+	t       nft.Table
+	owners  map[string]ruleset.Fragment
+	desired *index
+	applied *index // nil: unknown, read the kernel on the next Commit
+	dirty   keys
+	stale   map[string]time.Time // chains flushed because nobody wants them, and since when
+}
+
+// Reconciler is owned by one goroutine (the sync loop); it is not safe for concurrent use.
+type Reconciler struct {
+	kernel nft.Interface
+	log    logr.Logger
+	now    func() time.Time
+	tables []*table
+}
+
+// New returns a Reconciler for the given tables (one per family). now is the clock (time.Now).
+func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...nft.Table) *Reconciler {
+	r := &Reconciler{kernel: kernel, log: log, now: now}
+	for _, t := range tables {
+		r.tables = append(r.tables, &table{t: t, owners: map[string]ruleset.Fragment{},
+			desired: newIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
+	}
+	return r
+}
+
+func (r *Reconciler) table(t nft.Table) *table {
+	for _, tb := range r.tables {
+		if tb.t == t {
+			return tb
+		}
+	}
+	panic(fmt.Sprintf("reconciler: table %s was not given to New", t))
+}
+
+// Set records owner's fragment in table t (replacing its previous one). An empty fragment
+// removes the owner. Nothing reaches the kernel before Commit.
+func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
+	tb := r.table(t)
+	old := tb.owners[owner]
+	if len(f.Chains)+len(f.Sets)+len(f.Elements) == 0 {
+		delete(tb.owners, owner)
+	} else {
+		tb.owners[owner] = f
+	}
+	d := tb.desired
+	newChains := map[string]bool{}
+	for i := range f.Chains {
+		c := f.Chains[i]
+		newChains[c.Chain.Name] = true
+		if cur, ok := d.chains[c.Chain.Name]; !ok || !sameChain(&cur.Chain, &c.Chain) || !sameRules(cur.Rules, c.Rules) {
+			d.putChain(&c)
+			tb.dirty.chains[c.Chain.Name] = true
+		}
+	}
+	for _, c := range old.Chains {
+		if !newChains[c.Chain.Name] {
+			d.delChain(c.Chain.Name)
+			tb.dirty.chains[c.Chain.Name] = true
+		}
+	}
+	newSets := map[string]bool{}
+	for i := range f.Sets {
+		s := f.Sets[i]
+		newSets[s.Name] = true
+		if cur, ok := d.sets[s.Name]; !ok || !sameSet(cur, &s) {
+			d.putSet(&s)
+			tb.dirty.sets[s.Name] = true
+		}
+	}
+	for _, s := range old.Sets {
+		if !newSets[s.Name] {
+			d.delSet(s.Name)
+			tb.dirty.sets[s.Name] = true
+		}
+	}
+	// Elements: add the new references before dropping the old, so an element both fragments
+	// hold never leaves the desired state.
+	for i := range f.Elements {
+		e := f.Elements[i]
+		id := ruleset.ElementID(&e)
+		if cur, ok := d.elems[id]; ok {
+			cur.refs++
+			if !sameElement(&cur.el, &e) {
+				cur.el = e
+				tb.dirty.elems[id] = true
+			}
+			continue
+		}
+		d.putElem(id, e)
+		tb.dirty.elems[id] = true
+	}
+	for i := range old.Elements {
+		id := ruleset.ElementID(&old.Elements[i])
+		if cur, ok := d.elems[id]; ok {
+			if cur.refs--; cur.refs <= 0 {
+				d.delElem(id)
+			}
+			tb.dirty.elems[id] = true
+		}
+	}
+}
+
+// Owners lists the owners of table t, sorted.
+func (r *Reconciler) Owners(t nft.Table) []string {
+	var out []string
+	for o := range r.table(t).owners {
+		out = append(out, o)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PendingCleanup reports whether chains await deletion; the caller should Commit again after
+// StaleChainDelay even if nothing else changes.
+func (r *Reconciler) PendingCleanup() bool {
+	for _, tb := range r.tables {
+		if len(tb.stale) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Invalidate forgets what the kernel is believed to hold: the next Commit reads it back.
+func (r *Reconciler) Invalidate() {
+	for _, tb := range r.tables {
+		tb.applied = nil
+	}
+}
+
+// Commit sends what changed as one transaction. With full, or when the kernel state is unknown
+// (first Commit, after a failure), it reads the kernel back and diffs everything. On error the
+// kernel is unchanged (the transaction is atomic) and the next Commit is a full one.
+func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
+	res := Result{Objects: map[nft.Family]Counts{}}
+	for _, tb := range r.tables {
+		if full || tb.applied == nil {
+			res.Full = true
+		}
+	}
+	tx := nft.NewTransaction(r.tables[0].t)
+	plans := make([]*plan, len(r.tables))
+	for i, tb := range r.tables {
+		var believed *index
+		if res.Full {
+			believed = tb.applied
+			kernel, err := r.readBack(ctx, tb.t)
+			if err != nil {
+				return res, err
+			}
+			tb.applied = kernel
+		}
+		ks := tb.dirty
+		if res.Full {
+			ks = allKeys(tb.desired, tb.applied)
+		}
+		plans[i] = r.plan(tb, ks)
+		plans[i].emit(tx)
+		if res.Full && believed != nil {
+			res.Repairs += plans[i].driftFrom(believed, tb)
+		}
+	}
+	res.Ops = tx.Len()
+	if res.Ops > 0 {
+		st, err := r.kernel.Apply(ctx, tx)
+		res.Stats = st
+		if err != nil {
+			r.Invalidate()
+			return res, fmt.Errorf("apply transaction (%d ops): %w", tx.Len(), err)
+		}
+	}
+	for i, tb := range r.tables {
+		plans[i].commit(tb, r.now())
+		tb.dirty = newKeys()
+		c, rl, s, e := tb.desired.counts()
+		res.Objects[tb.t.Family] = Counts{Chains: c, Rules: rl, Sets: s, Elements: e}
+	}
+	return res, nil
+}
+
+func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*index, error) {
+	rs, err := r.kernel.Dump(ctx, t)
+	if nft.IsNotFound(err) {
+		return newIndex(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read back table %s: %w", t, err)
+	}
+	return indexFromDump(rs), nil
+}

@@ -1,0 +1,302 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// Address plan: as in proxy/ruleset's tests. Services get ClusterIPs from 198.19.0.0/16 and
+// fd00:19::/112, endpoints from 198.18.128.0/17 and fd00:128::/64.
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// harness feeds the builder's fragments to a Reconciler over a kernel, as the sync loop does.
+type harness struct {
+	t        *testing.T
+	kernel   nft.Interface
+	clk      *clock
+	rec      *Reconciler
+	builders []*ruleset.Builder
+	node     *model.Node
+	svcs     map[model.ServiceKey]*model.Service
+}
+
+func newHarness(t *testing.T, kernel nft.Interface) *harness {
+	h := &harness{t: t, kernel: kernel, clk: &clock{t: time.Unix(1_800_000_000, 0)}, svcs: map[model.ServiceKey]*model.Service{},
+		node: &model.Node{Name: "node-a", Addresses: []netip.Addr{netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("fd00:1::1")}}}
+	var tables []nft.Table
+	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
+		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam, MasqueradeMark: 0x4000, DropMark: 0x8000,
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17"), netip.MustParsePrefix("fd00:128::/64")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.builders = append(h.builders, b)
+		tables = append(tables, b.Table())
+	}
+	h.rec = New(kernel, logr.Discard(), h.clk.now, tables...)
+	for _, b := range h.builders {
+		h.rec.Set(b.Table(), "", b.Base(h.node))
+	}
+	return h
+}
+
+func (h *harness) put(svcs ...*model.Service) {
+	for _, s := range svcs {
+		h.svcs[s.Key] = s
+		for _, b := range h.builders {
+			h.rec.Set(b.Table(), s.Key.String(), b.Service(s))
+		}
+	}
+}
+
+func (h *harness) remove(k model.ServiceKey) {
+	delete(h.svcs, k)
+	for _, b := range h.builders {
+		h.rec.Set(b.Table(), k.String(), ruleset.Fragment{})
+	}
+}
+
+func (h *harness) commit(full bool) Result {
+	h.t.Helper()
+	res, err := h.rec.Commit(context.Background(), full)
+	if err != nil {
+		h.t.Fatalf("commit: %v", err)
+	}
+	return res
+}
+
+// check lets pending chain deletions happen, then compares what the kernel holds with a
+// from-scratch build of the current model.
+func (h *harness) check() {
+	h.t.Helper()
+	if h.rec.PendingCleanup() {
+		h.clk.advance(StaleChainDelay)
+		h.commit(false)
+	}
+	var list []*model.Service
+	for _, s := range h.svcs {
+		list = append(list, s)
+	}
+	for _, b := range h.builders {
+		got, err := h.kernel.Dump(context.Background(), b.Table())
+		if err != nil {
+			h.t.Fatalf("dump %s: %v", b.Table(), err)
+		}
+		want := b.Ruleset(h.node, list)
+		if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+			h.t.Fatalf("table %s differs from a fresh build (- kernel, + wanted):\n%s", b.Table(), d)
+		}
+	}
+}
+
+func svc(i int, eps int) *model.Service {
+	name := fmt.Sprintf("svc-%d", i)
+	ip4 := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+	ip6 := netip.MustParseAddr(fmt.Sprintf("fd00:19::%x", i+1))
+	var endpoints []model.Endpoint
+	for e := 0; e < eps; e++ {
+		endpoints = append(endpoints,
+			model.Endpoint{Addr: netip.AddrFrom4([4]byte{198, 18, byte(128 + e/250), byte(10 + e%250)}), Port: 8080, Ready: true},
+			model.Endpoint{Addr: netip.MustParseAddr(fmt.Sprintf("fd00:128::%x", 16+e)), Port: 8080, Ready: true})
+	}
+	return &model.Service{Key: model.ServiceKey{Namespace: "default", Name: name}, Ports: []model.ServicePort{{
+		Name: model.PortName{Service: model.ServiceKey{Namespace: "default", Name: name}, Port: "http", Protocol: model.TCP},
+		Port: 80, PortEnd: 80, TargetPort: 8080, NodePort: uint16(30000 + i),
+		ClusterIPs: []netip.Addr{ip4, ip6}, Endpoints: endpoints,
+	}}}
+}
+
+func TestFirstSyncThenRestartSendsNothing(t *testing.T) {
+	fake := nft.NewFake()
+	h := newHarness(t, fake)
+	for i := 0; i < 50; i++ {
+		h.put(svc(i, 1+i%4))
+	}
+	res := h.commit(false)
+	if !res.Full || res.Ops == 0 {
+		t.Fatalf("first commit: full=%v ops=%d, want a full commit with ops", res.Full, res.Ops)
+	}
+	h.check()
+
+	// A restarted daemon on the same kernel: nothing differs, so nothing is sent (no blackout).
+	h2 := newHarness(t, fake)
+	for i := 0; i < 50; i++ {
+		h2.put(svc(i, 1+i%4))
+	}
+	if res := h2.commit(false); res.Ops != 0 || res.Repairs != 0 {
+		t.Fatalf("restart against an identical kernel sent %d ops (repairs %d), want 0", res.Ops, res.Repairs)
+	}
+}
+
+func TestPartialSyncCostFollowsTheChange(t *testing.T) {
+	h := newHarness(t, nft.NewFake())
+	for i := 0; i < 300; i++ {
+		h.put(svc(i, 3))
+	}
+	h.commit(false)
+
+	cases := []struct {
+		name   string
+		change func()
+		maxOps int
+	}{
+		{"one endpoint address changes", func() {
+			s := svc(7, 3)
+			s.Ports[0].Endpoints[0].Addr = netip.MustParseAddr("198.18.129.99")
+			h.put(s)
+		}, 12},
+		{"endpoint count 3 -> 4 (map and rule rewritten)", func() { h.put(svc(8, 4)) }, 24},
+		{"one new service", func() { h.put(svc(1000, 2)) }, 30},
+		{"service loses all endpoints", func() { h.put(svc(9, 0)) }, 30},
+		{"service removed", func() { h.remove(model.ServiceKey{Namespace: "default", Name: "svc-10"}) }, 30},
+		{"no change", func() {}, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h.t = t
+			c.change()
+			res := h.commit(false)
+			if res.Full {
+				t.Errorf("commit was full, want partial")
+			}
+			if res.Ops > c.maxOps {
+				t.Errorf("sent %d ops for one change among 300 services, want at most %d", res.Ops, c.maxOps)
+			}
+			h.check()
+		})
+	}
+}
+
+func TestRemovedChainsAreDeletedLater(t *testing.T) {
+	fake := nft.NewFake()
+	h := newHarness(t, fake)
+	h.put(svc(1, 2), svc(2, 2))
+	h.commit(false)
+	h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
+	h.commit(false)
+	chain := ruleset.ServiceChain(svc(1, 2).Ports[0].Name)
+	if !hasChain(t, fake, chain) {
+		t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
+	}
+	if !h.rec.PendingCleanup() {
+		t.Fatal("PendingCleanup() = false with a flushed chain waiting")
+	}
+	if res := h.commit(false); res.Ops != 0 {
+		t.Errorf("commit before StaleChainDelay sent %d ops, want 0", res.Ops)
+	}
+	h.clk.advance(StaleChainDelay)
+	if res := h.commit(false); res.Ops == 0 {
+		t.Error("commit after StaleChainDelay deleted nothing")
+	}
+	if hasChain(t, fake, chain) {
+		t.Errorf("chain %s still present after StaleChainDelay", chain)
+	}
+	if h.rec.PendingCleanup() {
+		t.Error("PendingCleanup() still true")
+	}
+	h.check()
+}
+
+func hasChain(t *testing.T, k nft.Interface, name string) bool {
+	rs, err := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rs.Chains {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestFullResyncRepairsDrift(t *testing.T) {
+	fake := nft.NewFake()
+	h := newHarness(t, fake)
+	for i := 0; i < 20; i++ {
+		h.put(svc(i, 2))
+	}
+	h.commit(false)
+	t4 := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+	rs, err := fake.Dump(context.Background(), t4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator deletes a map element and a rule, and adds a stray rule.
+	tx := nft.NewTransaction(t4)
+	el := rs.Elements[ruleset.MapServiceIPs][0]
+	tx.Delete(&el)
+	tx.Add(&nft.Rule{Chain: ruleset.ChainServices, Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictAccept}}, Comment: "stray"})
+	if _, err := fake.Apply(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	res := h.commit(true)
+	if res.Repairs < 2 {
+		t.Errorf("repairs = %d, want >= 2 (a deleted element, a changed chain)", res.Repairs)
+	}
+	h.check()
+	// Someone flushes the whole table.
+	tx = nft.NewTransaction(t4)
+	tx.Delete(&nft.TableObj{})
+	if _, err := fake.Apply(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	if res := h.commit(true); res.Repairs == 0 {
+		t.Error("a deleted table was not counted as drift")
+	}
+	h.check()
+}
+
+// failing wraps a kernel and fails the next Apply calls with err.
+type failing struct {
+	nft.Interface
+	fails int
+	err   error
+}
+
+func (f *failing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	if f.fails > 0 {
+		f.fails--
+		return nft.Stats{}, f.err
+	}
+	return f.Interface.Apply(ctx, tx)
+}
+
+func TestFailedCommitKeepsStateAndRetriesFull(t *testing.T) {
+	k := &failing{Interface: nft.NewFake()}
+	h := newHarness(t, k)
+	h.put(svc(1, 1))
+	h.commit(false)
+	before, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
+
+	k.fails, k.err = 1, &nft.OpError{Index: 3, Op: "add rule", Err: syscall.ENOBUFS}
+	h.put(svc(2, 2))
+	_, err := h.rec.Commit(context.Background(), false)
+	if err == nil || !errors.Is(err, syscall.ENOBUFS) {
+		t.Fatalf("commit error = %v, want the kernel's ENOBUFS wrapped", err)
+	}
+	after, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
+	if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+		t.Fatalf("a failed commit changed the kernel:\n%s", d)
+	}
+	res := h.commit(false)
+	if !res.Full {
+		t.Error("the commit after a failure was not a full one")
+	}
+	h.check()
+}

@@ -1,0 +1,74 @@
+package ruleset
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// Ruleset assembles the whole desired table: the base fragment plus every Service's fragment,
+// elements shared by several Services (a ClusterIP with several ports, an endpoint behind several
+// Services) kept once. It is what `nftproxy render` prints and what a full sync converges to.
+func (b *Builder) Ruleset(node *model.Node, services []*model.Service) *nft.Ruleset {
+	frags := []Fragment{b.Base(node)}
+	for _, s := range services {
+		frags = append(frags, b.Service(s))
+	}
+	return Merge(b.Table(), frags...)
+}
+
+// Merge joins fragments into one Ruleset, keeping the first of several identical elements.
+func Merge(t nft.Table, frags ...Fragment) *nft.Ruleset {
+	rs := &nft.Ruleset{Table: t, Elements: map[string][]nft.Element{}}
+	seen := map[string]bool{}
+	for _, f := range frags {
+		for _, c := range f.Chains {
+			rs.Chains = append(rs.Chains, c.Chain)
+			rs.Rules = append(rs.Rules, c.Rules...)
+		}
+		rs.Sets = append(rs.Sets, f.Sets...)
+		for _, e := range f.Elements {
+			id := ElementID(&e)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			rs.Elements[e.Set] = append(rs.Elements[e.Set], e)
+		}
+	}
+	sort.SliceStable(rs.Sets, func(i, j int) bool { return rs.Sets[i].Name < rs.Sets[j].Name })
+	return rs
+}
+
+// ElementID identifies an element within its table: set name, key and interval end (an end
+// equal to the key is the same element as no end). Two elements with the same ID cannot both be
+// in the kernel; their values may differ.
+func ElementID(e *nft.Element) string {
+	var sb strings.Builder
+	sb.WriteString(e.Set)
+	sb.WriteByte(' ')
+	writeValues(&sb, e.Key)
+	if e.KeyEnd != nil && !reflect.DeepEqual(e.Key, e.KeyEnd) {
+		sb.WriteByte('-')
+		writeValues(&sb, e.KeyEnd)
+	}
+	return sb.String()
+}
+
+func writeValues(sb *strings.Builder, vs []nft.Value) {
+	for i, v := range vs {
+		if i > 0 {
+			sb.WriteString(" . ")
+		}
+		switch v.Type {
+		case nft.TypeIPv4Addr, nft.TypeIPv6Addr:
+			sb.WriteString(v.Addr.String())
+		default:
+			fmt.Fprintf(sb, "%d", v.Num)
+		}
+	}
+}

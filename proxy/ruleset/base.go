@@ -1,0 +1,226 @@
+package ruleset
+
+import (
+	"net/netip"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// ChainDef is a chain with the rules it should hold, in order.
+type ChainDef struct {
+	Chain nft.Chain
+	Rules []nft.Rule
+}
+
+// Fragment is the part of the ruleset one owner (the base layout, or one Service) contributes:
+// its own chains and sets, and its elements, which may live in shared maps.
+type Fragment struct {
+	Chains   []ChainDef
+	Sets     []nft.Set
+	Elements []nft.Element
+}
+
+// Builder builds fragments for one family. It holds only its Config: every method is a pure
+// function of its arguments.
+type Builder struct {
+	cfg Config
+}
+
+// NewBuilder validates cfg and returns a Builder for its family.
+func NewBuilder(cfg Config) (*Builder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Builder{cfg: cfg}, nil
+}
+
+// Table is the table this builder's objects belong to.
+func (b *Builder) Table() nft.Table { return b.cfg.table() }
+
+// Family is the builder's IP family.
+func (b *Builder) Family() nft.Family { return b.cfg.Family }
+
+type baseChain struct {
+	name     string
+	typ      nft.ChainType
+	hook     nft.Hook
+	priority int32
+}
+
+// baseChains lists the hooks nftproxy attaches to. Priorities: NAT at the standard dstnat (-100)
+// and srcnat (100); endpoint checks at -110 (before DNAT in output, so they still see the
+// service address); the ClusterIP check after DNAT at -90 (a packet still addressed to a
+// ClusterIP there hit no defined port).
+var baseChains = []baseChain{
+	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, -100},
+	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, -100},
+	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, 100},
+	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, -110},
+	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, -110},
+	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, -110},
+	{ChainFilterOutputDNATd, nft.ChainTypeFilter, nft.HookOutput, -90},
+}
+
+func rule(comment string, exprs ...nft.Expr) nft.Rule {
+	return nft.Rule{Exprs: exprs, Comment: comment}
+}
+
+func jump(chain string) nft.Verdict { return nft.Verdict{Kind: nft.VerdictJump, Chain: chain} }
+func goTo(chain string) nft.Verdict { return nft.Verdict{Kind: nft.VerdictGoto, Chain: chain} }
+func ctNew() nft.CtState            { return nft.CtState{Mask: nft.CtStateNew} }
+func markSet(m uint32) nft.MarkTest { return nft.MarkTest{Mask: m, NonZero: true} }
+func protoCmp(p uint8) nft.Cmp      { return nft.Cmp{Field: nft.FieldL4Proto, Value: nft.Proto(p)} }
+func daddrIn(set string) nft.CmpSet { return nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: set} }
+func addrProtoPort() []nft.Field {
+	return []nft.Field{nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
+}
+func addrProto() []nft.Field                { return []nft.Field{nft.FieldDaddr, nft.FieldL4Proto} }
+func protoPort() []nft.Field                { return []nft.Field{nft.FieldL4Proto, nft.FieldDport} }
+func vmap(m string, f []nft.Field) nft.VMap { return nft.VMap{Fields: f, Map: m} }
+
+// Base returns the fixed layout: base chains, shared chains, shared sets and maps, and the
+// node-port addresses taken from node.
+func (b *Builder) Base(node *model.Node) Fragment {
+	c := &b.cfg
+	addr := c.Family.AddrType()
+	verdictMap := func(name, comment string, interval bool, key ...nft.Type) nft.Set {
+		return nft.Set{Name: name, Key: key, Data: []nft.Type{nft.TypeVerdict}, Interval: interval, Comment: comment}
+	}
+	var f Fragment
+	f.Sets = []nft.Set{
+		{Name: SetClusterIPs, Key: []nft.Type{addr}, Comment: "ClusterIPs of programmed Services"},
+		{Name: SetNodePortIPs, Key: []nft.Type{addr}, Comment: "node addresses that accept node ports"},
+		{Name: SetHairpin, Key: []nft.Type{addr, addr}, Comment: "endpoint . endpoint: a pod reaching itself through a Service"},
+		verdictMap(MapServiceIPs, "ClusterIP, LoadBalancer IP or external IP . protocol . port -> Service", false, addr, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapServiceRanges, "Service address . protocol . port range -> Service", true, addr, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapServiceAllPorts, "all-ports Service address . protocol -> Service", false, addr, nft.TypeInetProto),
+		verdictMap(MapNodePorts, "protocol . node port (or node-port block) -> Service", true, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapNoEndpointServices, "Services without endpoints: reject", true, addr, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapNoEndpointAllPorts, "all-ports Services without endpoints: reject", false, addr, nft.TypeInetProto),
+		verdictMap(MapNoEndpointNodePorts, "node ports of Services without endpoints: reject", true, nft.TypeInetProto, nft.TypeInetService),
+	}
+	for _, a := range b.nodePortAddrs(node) {
+		f.Elements = append(f.Elements, nft.Element{Set: SetNodePortIPs, Key: []nft.Value{nft.Addr(a)}})
+	}
+
+	rules := map[string][]nft.Rule{
+		ChainNATPrerouting:  {rule("", jump(ChainServices))},
+		ChainNATOutput:      {rule("", jump(ChainServices))},
+		ChainNATPostrouting: {rule("", jump(ChainMasquerading))},
+		ChainFilterInput: {
+			rule("", ctNew(), jump(ChainNodePortsCheck)),
+			rule("", ctNew(), jump(ChainEndpointsCheck)),
+			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
+			rule("clear the masquerade mark on traffic delivered to the node", markSet(c.MasqueradeMark), nft.MarkXor{Bits: c.MasqueradeMark}),
+		},
+		ChainFilterForward: {
+			rule("", ctNew(), jump(ChainEndpointsCheck)),
+			rule("", ctNew(), jump(ChainClusterIPsCheck)),
+			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
+		},
+		ChainFilterOutput: {rule("", ctNew(), jump(ChainEndpointsCheck))},
+		ChainFilterOutputDNATd: {
+			rule("", ctNew(), jump(ChainClusterIPsCheck)),
+			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
+		},
+		ChainMasquerading: {
+			rule("masquerade marked traffic, clearing the mark", markSet(c.MasqueradeMark), nft.MarkXor{Bits: c.MasqueradeMark}, nft.Masquerade{FullyRandom: true}),
+			rule("hairpin: a pod that reached itself through a Service",
+				nft.CtStatus{Mask: nft.CtStatusDNAT}, nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr, nft.FieldDaddr}, Set: SetHairpin}, nft.Masquerade{FullyRandom: true}),
+		},
+		ChainServices: b.servicesRules(),
+		ChainEndpointsCheck: {
+			rule("Services without endpoints", vmap(MapNoEndpointServices, addrProtoPort())),
+			rule("all-ports Services without endpoints", vmap(MapNoEndpointAllPorts, addrProto())),
+		},
+		ChainNodePortsCheck: {
+			rule("node ports of Services without endpoints", daddrIn(SetNodePortIPs), vmap(MapNoEndpointNodePorts, protoPort())),
+		},
+		ChainClusterIPsCheck: {
+			rule("reject traffic to undefined ports of ClusterIPs", daddrIn(SetClusterIPs), goTo(ChainReject)),
+		},
+		ChainReject: {
+			rule("", protoCmp(unix.IPPROTO_TCP), nft.Reject{TCPReset: true}),
+			rule("", nft.Reject{}),
+		},
+	}
+	for _, bc := range baseChains {
+		f.Chains = append(f.Chains, ChainDef{
+			Chain: nft.Chain{Name: bc.name, Base: &nft.BaseChain{Type: bc.typ, Hook: bc.hook, Priority: bc.priority, Policy: nft.PolicyAccept}},
+			Rules: withChain(bc.name, rules[bc.name]),
+		})
+	}
+	for _, name := range []string{ChainServices, ChainMasquerading, ChainEndpointsCheck, ChainNodePortsCheck, ChainClusterIPsCheck, ChainReject} {
+		f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
+	}
+	return f
+}
+
+// servicesRules is the dispatch chain: exact ports, then ranges, then all-ports, then node
+// ports; each a single map lookup whatever the number of Services.
+func (b *Builder) servicesRules() []nft.Rule {
+	rs := []nft.Rule{
+		rule("Service ports", vmap(MapServiceIPs, addrProtoPort())),
+		rule("Service port ranges", vmap(MapServiceRanges, addrProtoPort())),
+		rule("all-ports Services", vmap(MapServiceAllPorts, addrProto())),
+		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
+	}
+	for _, p := range b.cfg.prefixesOfFamily(b.cfg.ServiceCIDRs) {
+		rs = append(rs, rule("drop traffic to unallocated Service addresses",
+			nft.CmpPrefix{Field: nft.FieldDaddr, Prefix: p},
+			nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: SetClusterIPs, Neg: true},
+			nft.MarkOr{Bits: b.cfg.DropMark}))
+	}
+	return rs
+}
+
+// nodePortAddrs are the node's addresses of this family that accept node ports: inside
+// NodePortCIDRs when given, never loopback.
+func (b *Builder) nodePortAddrs(node *model.Node) []netip.Addr {
+	if node == nil {
+		return nil
+	}
+	cidrs := b.cfg.prefixesOfFamily(b.cfg.NodePortCIDRs)
+	var out []netip.Addr
+	for _, a := range b.cfg.ofFamily(node.Addresses) {
+		if a.IsLoopback() {
+			continue
+		}
+		if len(cidrs) > 0 && !anyContains(cidrs, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return dedupAddrs(out)
+}
+
+func anyContains(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func dedupAddrs(s []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for i, a := range s {
+		if i == 0 || a != s[i-1] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func withChain(chain string, rs []nft.Rule) []nft.Rule {
+	for i := range rs {
+		rs[i].Chain = chain
+	}
+	return rs
+}
