@@ -1,0 +1,431 @@
+package model
+
+import (
+	"net/netip"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
+
+// TrackerConfig configures a Tracker.
+type TrackerConfig struct {
+	// NodeName is the node nftproxy runs on; Nodes with other names are ignored. Empty accepts
+	// any Node (meant for single-node manifest directories).
+	NodeName string
+	// ProxyName is the service-proxy-name this proxy answers to (see HandlesService).
+	ProxyName string
+	Logger    logr.Logger
+	// OnRejection is called when a Service's rejection appears or changes, and with r == nil
+	// when a rejected Service becomes accepted, ignored or deleted. It is not called again for an
+	// unchanged rejection, so Events and logs are emitted once per change. Calls are serialised
+	// and ordered; the callback may read from the Tracker but must not write to it.
+	OnRejection func(key ServiceKey, r *Rejection)
+	// Now is the clock for change timestamps; time.Now if nil.
+	Now func() time.Time
+}
+
+// Tracker holds the current Services, EndpointSlices and Node, keeps the model of each Service
+// up to date as they change, and records what changed for the sync loop. Sources call its
+// Upsert/Delete methods from any goroutine. A change recomputes only the Services it touches
+// (plus those whose port claims overlap them), so cost follows the change, not the cluster.
+type Tracker struct {
+	cfg TrackerConfig
+	// notifyMu serialises rejection callbacks in change order without holding mu.
+	notifyMu sync.Mutex
+	mu       sync.Mutex
+
+	services map[ServiceKey]*trackedService
+	slices   map[ServiceKey]map[string]*discoveryv1.EndpointSlice // by owner, then slice name
+	owners   map[ServiceKey]ServiceKey                            // slice ns/name -> owner
+	claims   claimIndex
+	node     *corev1.Node
+	nodeMdl  *Node
+
+	changed     map[ServiceKey]bool
+	nodeChanged bool
+	since       time.Time
+}
+
+type trackedService struct {
+	obj      *corev1.Service // nil once deleted
+	base     *Service        // FromService result; nil when ignored
+	claims   []claim
+	final    *Service // published model; nil when ignored
+	warnings []string
+}
+
+// NewTracker returns an empty Tracker.
+func NewTracker(cfg TrackerConfig) *Tracker {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Tracker{
+		cfg:      cfg,
+		services: map[ServiceKey]*trackedService{},
+		slices:   map[ServiceKey]map[string]*discoveryv1.EndpointSlice{},
+		owners:   map[ServiceKey]ServiceKey{},
+		claims:   claimIndex{},
+		changed:  map[ServiceKey]bool{},
+	}
+}
+
+// rejectionEvent is a callback to deliver after the state lock is released.
+type rejectionEvent struct {
+	key ServiceKey
+	r   *Rejection
+}
+
+// update runs fn under the lock, then delivers the rejection events it produced.
+func (t *Tracker) update(fn func() []rejectionEvent) {
+	t.notifyMu.Lock()
+	defer t.notifyMu.Unlock()
+	t.mu.Lock()
+	events := fn()
+	t.mu.Unlock()
+	if t.cfg.OnRejection == nil {
+		return
+	}
+	for _, e := range events {
+		t.cfg.OnRejection(e.key, e.r)
+	}
+}
+
+// UpsertService adds or replaces a Service.
+func (t *Tracker) UpsertService(svc *corev1.Service) {
+	if svc == nil {
+		return
+	}
+	key := ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
+	t.update(func() []rejectionEvent {
+		ts := t.services[key]
+		if ts == nil {
+			ts = &trackedService{}
+			t.services[key] = ts
+		} else if ts.obj != nil && equality.Semantic.DeepEqual(ts.obj, svc) {
+			return nil
+		}
+		ts.obj = svc
+		return t.recompute([]ServiceKey{key})
+	})
+}
+
+// DeleteService removes a Service; its EndpointSlices stay until they are deleted themselves.
+func (t *Tracker) DeleteService(key ServiceKey) {
+	t.update(func() []rejectionEvent {
+		ts := t.services[key]
+		if ts == nil || ts.obj == nil {
+			return nil
+		}
+		ts.obj = nil
+		return t.recompute([]ServiceKey{key})
+	})
+}
+
+// UpsertEndpointSlice adds or replaces an EndpointSlice. Slices without the
+// kubernetes.io/service-name label belong to no Service and are dropped.
+func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
+	if s == nil {
+		return
+	}
+	id := ServiceKey{Namespace: s.Namespace, Name: s.Name}
+	t.update(func() []rejectionEvent {
+		var affected []ServiceKey
+		oldOwner, hadOld := t.owners[id]
+		if hadOld {
+			old := t.slices[oldOwner][s.Name]
+			if equality.Semantic.DeepEqual(old, s) {
+				return nil
+			}
+			t.removeSlice(id, oldOwner)
+			affected = append(affected, oldOwner)
+		}
+		if owner, ok := OwnerOf(s); ok {
+			if t.slices[owner] == nil {
+				t.slices[owner] = map[string]*discoveryv1.EndpointSlice{}
+			}
+			t.slices[owner][s.Name] = s
+			t.owners[id] = owner
+			if !hadOld || owner != oldOwner {
+				affected = append(affected, owner)
+			}
+		}
+		return t.recompute(affected)
+	})
+}
+
+// DeleteEndpointSlice removes an EndpointSlice by namespace and name.
+func (t *Tracker) DeleteEndpointSlice(namespace, name string) {
+	id := ServiceKey{Namespace: namespace, Name: name}
+	t.update(func() []rejectionEvent {
+		owner, ok := t.owners[id]
+		if !ok {
+			return nil
+		}
+		t.removeSlice(id, owner)
+		return t.recompute([]ServiceKey{owner})
+	})
+}
+
+func (t *Tracker) removeSlice(id, owner ServiceKey) {
+	delete(t.slices[owner], id.Name)
+	if len(t.slices[owner]) == 0 {
+		delete(t.slices, owner)
+	}
+	delete(t.owners, id)
+}
+
+// UpsertNode records the node nftproxy runs on (others are ignored, see TrackerConfig.NodeName).
+func (t *Tracker) UpsertNode(n *corev1.Node) {
+	if n == nil || (t.cfg.NodeName != "" && n.Name != t.cfg.NodeName) {
+		return
+	}
+	t.update(func() []rejectionEvent {
+		if t.node != nil && equality.Semantic.DeepEqual(t.node, n) {
+			return nil
+		}
+		t.node = n
+		t.setNode(nodeFromObject(n))
+		return nil
+	})
+}
+
+// DeleteNode forgets the node if name is the tracked one.
+func (t *Tracker) DeleteNode(name string) {
+	t.update(func() []rejectionEvent {
+		if t.node == nil || t.node.Name != name {
+			return nil
+		}
+		t.node = nil
+		t.setNode(nil)
+		return nil
+	})
+}
+
+func (t *Tracker) setNode(n *Node) {
+	if reflect.DeepEqual(n, t.nodeMdl) {
+		return
+	}
+	t.nodeMdl = n
+	t.nodeChanged = true
+	t.markPending()
+}
+
+// nodeFromObject keeps the InternalIP and ExternalIP addresses and the labels of a Node.
+func nodeFromObject(n *corev1.Node) *Node {
+	out := &Node{Name: n.Name, Labels: map[string]string{}}
+	for k, v := range n.Labels {
+		out.Labels[k] = v
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Zone() == "" {
+			out.Addresses = append(out.Addresses, ip.Unmap())
+		}
+	}
+	return out
+}
+
+func (t *Tracker) markPending() {
+	if t.since.IsZero() {
+		t.since = t.cfg.Now()
+	}
+}
+
+// recompute re-converts the given Services, then re-resolves cross-service conflicts among
+// every Service whose claims overlap theirs (transitively), and publishes what changed.
+func (t *Tracker) recompute(keys []ServiceKey) []rejectionEvent {
+	component := map[ServiceKey]bool{}
+	var queue []ServiceKey
+	visit := func(k ServiceKey) {
+		if !component[k] {
+			component[k] = true
+			queue = append(queue, k)
+		}
+	}
+	for _, key := range keys {
+		visit(key)
+		ts := t.services[key]
+		if ts == nil {
+			continue
+		}
+		// Services that overlapped the old version may be freed by this change.
+		t.claims.overlapping(key, ts.claims, visit)
+		t.claims.remove(key, ts.claims)
+		t.reconvert(key, ts)
+		t.claims.add(key, ts.claims)
+	}
+	for len(queue) > 0 {
+		k := queue[0]
+		queue = queue[1:]
+		if ts := t.services[k]; ts != nil {
+			t.claims.overlapping(k, ts.claims, visit)
+		}
+	}
+	return t.publish(component)
+}
+
+// reconvert runs FromService for one tracked Service and logs new warnings.
+func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
+	ts.base, ts.claims = nil, nil
+	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
+		ts.warnings = nil
+		return
+	}
+	slices := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))
+	for _, s := range t.slices[key] {
+		slices = append(slices, s)
+	}
+	conv := FromService(ts.obj, slices)
+	ts.base = conv.Service
+	ts.claims = claimsOf(conv.Service)
+	if !reflect.DeepEqual(conv.Warnings, ts.warnings) && len(conv.Warnings) > 0 {
+		t.cfg.Logger.Info("Service has problems that did not reject it", "service", key.String(), "warnings", conv.Warnings)
+	}
+	ts.warnings = conv.Warnings
+}
+
+// publish resolves conflicts within component and records changed models and rejections.
+func (t *Tracker) publish(component map[ServiceKey]bool) []rejectionEvent {
+	rs := make([]ranked, 0, len(component))
+	for k := range component {
+		ts := t.services[k]
+		if ts == nil || ts.base == nil {
+			continue
+		}
+		rs = append(rs, ranked{key: k, created: ts.obj.CreationTimestamp.Time, base: ts.base, claims: ts.claims})
+	}
+	finals := resolveConflicts(rs)
+	keys := make([]ServiceKey, 0, len(component))
+	for k := range component {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	var events []rejectionEvent
+	for _, k := range keys {
+		ts := t.services[k]
+		if ts == nil {
+			continue
+		}
+		final := finals[k]
+		if !reflect.DeepEqual(final, ts.final) {
+			t.changed[k] = true
+			t.markPending()
+			if oldR, newR := rejectionOf(ts.final), rejectionOf(final); !reflect.DeepEqual(oldR, newR) {
+				events = append(events, rejectionEvent{k, newR})
+			}
+			ts.final = final
+		}
+		if ts.obj == nil && ts.final == nil {
+			delete(t.services, k)
+		}
+	}
+	return events
+}
+
+func rejectionOf(s *Service) *Rejection {
+	if s == nil {
+		return nil
+	}
+	return s.Rejected
+}
+
+func sortKeys(keys []ServiceKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Namespace != keys[j].Namespace {
+			return keys[i].Namespace < keys[j].Namespace
+		}
+		return keys[i].Name < keys[j].Name
+	})
+}
+
+// Changes is what changed since the previous TakeChanges.
+type Changes struct {
+	// Services whose model changed, appeared or disappeared, sorted.
+	Services []ServiceKey
+	// Node is true when the node's addresses or labels changed.
+	Node bool
+	// Since is when the oldest of these changes was recorded (zero if there are none), for the
+	// network-programming latency metric and /healthz.
+	Since time.Time
+}
+
+// Empty reports whether nothing changed.
+func (c Changes) Empty() bool { return len(c.Services) == 0 && !c.Node }
+
+// TakeChanges returns and clears the recorded changes.
+func (t *Tracker) TakeChanges() Changes {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := Changes{Node: t.nodeChanged, Since: t.since}
+	for k := range t.changed {
+		c.Services = append(c.Services, k)
+	}
+	sortKeys(c.Services)
+	t.changed = map[ServiceKey]bool{}
+	t.nodeChanged = false
+	t.since = time.Time{}
+	return c
+}
+
+// PendingSince returns when the oldest change not yet taken was recorded, or zero; /healthz
+// uses it to report a sync loop that has fallen behind.
+func (t *Tracker) PendingSince() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.since
+}
+
+// Snapshot is the whole current model. Its Services and Node are shared with the Tracker and
+// must not be modified; a changed Service gets a new *Service, so a held snapshot stays valid.
+type Snapshot struct {
+	// Services holds every handled Service, rejected ones included (with no ports).
+	Services map[ServiceKey]*Service
+	// Node is nil until the node has been seen.
+	Node *Node
+}
+
+// Sorted returns the Services ordered by key, for deterministic output.
+func (s Snapshot) Sorted() []*Service {
+	keys := make([]ServiceKey, 0, len(s.Services))
+	for k := range s.Services {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	out := make([]*Service, len(keys))
+	for i, k := range keys {
+		out[i] = s.Services[k]
+	}
+	return out
+}
+
+// Snapshot returns the current model.
+func (t *Tracker) Snapshot() Snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Snapshot{Services: make(map[ServiceKey]*Service, len(t.services)), Node: t.nodeMdl}
+	for k, ts := range t.services {
+		if ts.final != nil {
+			s.Services[k] = ts.final
+		}
+	}
+	return s
+}
+
+// Service returns the current model of one Service, or nil if it is unknown or ignored; a
+// partial sync reads the keys from TakeChanges this way.
+func (t *Tracker) Service(key ServiceKey) *Service {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ts := t.services[key]; ts != nil {
+		return ts.final
+	}
+	return nil
+}

@@ -1,0 +1,267 @@
+package model
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) record(k ServiceKey, rej *Rejection) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rej == nil {
+		r.events = append(r.events, k.String()+" ok")
+		return
+	}
+	r.events = append(r.events, k.String()+" "+rej.Reason)
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.events
+	r.events = nil
+	return e
+}
+
+func newTestTracker(rec *recorder) *Tracker {
+	now := t0
+	return NewTracker(TrackerConfig{NodeName: "n1", Logger: logr.Discard(), OnRejection: rec.record,
+		Now: func() time.Time { now = now.Add(time.Second); return now }})
+}
+
+func created(age int) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		s.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(age) * time.Minute))
+	}
+}
+
+// onIP gives a Service a cluster IP of its own and a shared external IP, so only its external
+// ports can conflict with others.
+func onIP(clusterIP, externalIP string) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = clusterIP, []string{clusterIP}
+		s.Spec.ExternalIPs = []string{externalIP}
+	}
+}
+
+func keyOf(name string) ServiceKey { return ServiceKey{Namespace: "ns", Name: name} }
+
+func TestTrackerServiceAndEndpoints(t *testing.T) {
+	rec := &recorder{}
+	tr := newTestTracker(rec)
+	tr.UpsertService(svcFixture("a"))
+	tr.UpsertEndpointSlice(sliceFixture("a-1", "a", discoveryv1.AddressTypeIPv4,
+		[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
+
+	ch := tr.TakeChanges()
+	if want := []ServiceKey{keyOf("a")}; !reflect.DeepEqual(ch.Services, want) || ch.Node {
+		t.Fatalf("changes = %+v; want services %v, no node", ch, want)
+	}
+	if want := t0.Add(time.Second); !ch.Since.Equal(want) {
+		t.Fatalf("changes since = %v; want %v (the first change)", ch.Since, want)
+	}
+	snap := tr.Snapshot()
+	got := snap.Services[keyOf("a")]
+	if got == nil || len(got.Ports) != 1 || len(got.Ports[0].Endpoints) != 1 || got.Ports[0].Endpoints[0].Port != 8080 {
+		t.Fatalf("snapshot service = %+v; want one port with endpoint 10.244.0.1:8080", got)
+	}
+
+	t.Run("unchanged upsert records nothing", func(t *testing.T) {
+		tr.UpsertService(svcFixture("a"))
+		if ch := tr.TakeChanges(); !ch.Empty() || !ch.Since.IsZero() {
+			t.Fatalf("changes = %+v; want none", ch)
+		}
+	})
+	t.Run("slice relabelled moves endpoints", func(t *testing.T) {
+		tr.UpsertService(svcFixture("b", onIP("10.96.0.11", "192.0.2.99")))
+		tr.TakeChanges()
+		tr.UpsertEndpointSlice(sliceFixture("a-1", "b", discoveryv1.AddressTypeIPv4,
+			[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
+		ch := tr.TakeChanges()
+		if want := []ServiceKey{keyOf("a"), keyOf("b")}; !reflect.DeepEqual(ch.Services, want) {
+			t.Fatalf("changed = %v; want %v", ch.Services, want)
+		}
+		if n := len(tr.Service(keyOf("a")).Ports[0].Endpoints); n != 0 {
+			t.Fatalf("a has %d endpoints; want 0", n)
+		}
+		if n := len(tr.Service(keyOf("b")).Ports[0].Endpoints); n != 1 {
+			t.Fatalf("b has %d endpoints; want 1", n)
+		}
+	})
+	t.Run("delete slice and service", func(t *testing.T) {
+		tr.DeleteEndpointSlice("ns", "a-1")
+		tr.DeleteService(keyOf("a"))
+		ch := tr.TakeChanges()
+		if want := []ServiceKey{keyOf("a"), keyOf("b")}; !reflect.DeepEqual(ch.Services, want) {
+			t.Fatalf("changed = %v; want %v", ch.Services, want)
+		}
+		if s := tr.Service(keyOf("a")); s != nil {
+			t.Fatalf("deleted service still has model %+v", s)
+		}
+	})
+	if ev := rec.take(); len(ev) != 0 {
+		t.Fatalf("rejection events = %v; want none", ev)
+	}
+}
+
+func TestTrackerConflicts(t *testing.T) {
+	rec := &recorder{}
+	tr := newTestTracker(rec)
+	// a (oldest) claims 80 on 192.0.2.1; b claims 80-90 there too; c claims 85 on 192.0.2.1
+	// with port 85 only overlapping b. So a wins, b loses, c wins because b is not accepted.
+	rangeB := []func(*corev1.Service){created(2), onIP("10.96.0.12", "192.0.2.1"),
+		withPorts(tcpPort("http", 80, intstr.IntOrString{})), annotate(annotation.PortRangesKey, "http=80-90")}
+	tr.UpsertService(svcFixture("b", rangeB...))
+	tr.UpsertService(svcFixture("c", created(3), onIP("10.96.0.13", "192.0.2.1"), withPorts(tcpPort("x", 85, intstr.FromInt32(85)))))
+	if ev := rec.take(); len(ev) != 1 || ev[0] != "ns/c ServiceConflict" {
+		t.Fatalf("events = %v; want [ns/c ServiceConflict]", ev)
+	}
+	tr.TakeChanges()
+	addA := func() { tr.UpsertService(svcFixture("a", created(1), onIP("10.96.0.11", "192.0.2.1"))) }
+
+	steps := []struct {
+		name    string
+		do      func()
+		events  []string
+		changed []string
+		msg     string // substring of b's rejection message, if rejected
+	}{
+		{name: "older a takes the port from b, freeing c", do: addA,
+			events: []string{"ns/b ServiceConflict", "ns/c ok"}, changed: []string{"a", "b", "c"},
+			msg: `port "http" (TCP on 192.0.2.1, ports 80-90) overlaps port "http" (port 80) of service ns/a`},
+		{name: "resync of b reports nothing", do: func() {
+			tr.UpsertService(svcFixture("b", append(rangeB, func(s *corev1.Service) { s.ResourceVersion = "2" })...))
+		}, msg: "service ns/a"},
+		{name: "deleting a gives b its range back and c loses", do: func() { tr.DeleteService(keyOf("a")) },
+			events: []string{"ns/b ok", "ns/c ServiceConflict"}, changed: []string{"a", "b", "c"}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			st.do()
+			if ev := rec.take(); !reflect.DeepEqual(ev, st.events) {
+				t.Fatalf("events = %v; want %v", ev, st.events)
+			}
+			var names []string
+			for _, k := range tr.TakeChanges().Services {
+				names = append(names, k.Name)
+			}
+			if !reflect.DeepEqual(names, st.changed) {
+				t.Fatalf("changed = %v; want %v", names, st.changed)
+			}
+			if st.msg != "" {
+				b := tr.Service(keyOf("b"))
+				if b.Rejected == nil || !strings.Contains(b.Rejected.Message, st.msg) {
+					t.Fatalf("b = %+v; want rejection containing %q", b, st.msg)
+				}
+			}
+		})
+	}
+}
+
+func TestTrackerConflictEvents(t *testing.T) {
+	rec := &recorder{}
+	tr := newTestTracker(rec)
+	tr.UpsertService(svcFixture("b", created(2), onIP("10.96.0.12", "192.0.2.1")))
+	tr.UpsertService(svcFixture("a", created(1), onIP("10.96.0.11", "192.0.2.1")))
+	if ev, want := rec.take(), []string{"ns/b ServiceConflict"}; !reflect.DeepEqual(ev, want) {
+		t.Fatalf("events = %v; want %v", ev, want)
+	}
+	tr.UpsertService(svcFixture("b", created(2), onIP("10.96.0.12", "192.0.2.1"), func(s *corev1.Service) { s.ResourceVersion = "9" }))
+	if ev := rec.take(); len(ev) != 0 {
+		t.Fatalf("events after resync = %v; want none", ev)
+	}
+	tr.DeleteService(keyOf("a"))
+	if ev, want := rec.take(), []string{"ns/b ok"}; !reflect.DeepEqual(ev, want) {
+		t.Fatalf("events after delete = %v; want %v", ev, want)
+	}
+}
+
+func TestTrackerNodePortConflict(t *testing.T) {
+	rec := &recorder{}
+	tr := newTestTracker(rec)
+	np := func(name string, age int, nodePort int32) *corev1.Service {
+		return svcFixture(name, created(age), onIP(fmt.Sprintf("10.96.0.%d", age), fmt.Sprintf("192.0.2.%d", age)),
+			func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort; s.Spec.Ports[0].NodePort = nodePort })
+	}
+	tr.UpsertService(np("a", 1, 30080))
+	tr.UpsertService(np("b", 2, 30080))
+	tr.UpsertService(np("c", 3, 30081))
+	if ev, want := rec.take(), []string{"ns/b ServiceConflict"}; !reflect.DeepEqual(ev, want) {
+		t.Fatalf("events = %v; want %v", ev, want)
+	}
+	if msg := tr.Service(keyOf("b")).Rejected.Message; !strings.Contains(msg, "TCP node ports") {
+		t.Fatalf("message = %q; want it to mention node ports", msg)
+	}
+}
+
+func TestTrackerProxyNameAndNode(t *testing.T) {
+	tr := NewTracker(TrackerConfig{NodeName: "n1", ProxyName: "nftproxy", Logger: logr.Discard()})
+	labelled := func(s *corev1.Service) { s.Labels = map[string]string{annotation.ServiceProxyNameLabel: "nftproxy"} }
+	tr.UpsertService(svcFixture("mine", labelled))
+	tr.UpsertService(svcFixture("theirs", onIP("10.96.0.99", "192.0.2.99")))
+	tr.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+	tr.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"topology.kubernetes.io/zone": "z1"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "n1"},
+			{Type: corev1.NodeExternalIP, Address: "2001:db8::1"}}}})
+	ch := tr.TakeChanges()
+	if want := []ServiceKey{keyOf("mine")}; !reflect.DeepEqual(ch.Services, want) || !ch.Node {
+		t.Fatalf("changes = %+v; want %v and node", ch, want)
+	}
+	snap := tr.Snapshot()
+	if _, ok := snap.Services[keyOf("theirs")]; ok || len(snap.Services) != 1 {
+		t.Fatalf("snapshot services = %v; want only ns/mine", snap.Sorted())
+	}
+	if want := []string{"10.0.0.1", "2001:db8::1"}; snap.Node == nil || fmt.Sprint(snap.Node.Addresses) != fmt.Sprint(want) ||
+		snap.Node.Zone() != "z1" {
+		t.Fatalf("node = %+v; want addresses %v zone z1", snap.Node, want)
+	}
+	tr.UpsertService(svcFixture("mine"))
+	if ch := tr.TakeChanges(); fmt.Sprint(ch.Services) != "[ns/mine]" || tr.Service(keyOf("mine")) != nil {
+		t.Fatalf("after label removal changes = %+v; want ns/mine removed", ch)
+	}
+}
+
+func TestTrackerConcurrent(t *testing.T) {
+	tr := NewTracker(TrackerConfig{Logger: logr.Discard()})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				name := fmt.Sprintf("s%d-%d", g, i)
+				tr.UpsertService(svcFixture(name, onIP(fmt.Sprintf("10.96.%d.%d", g, i+1), fmt.Sprintf("192.0.%d.%d", g, i+1))))
+				tr.UpsertEndpointSlice(sliceFixture(name+"-1", name, discoveryv1.AddressTypeIPv4,
+					[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
+				if i%2 == 0 {
+					tr.DeleteService(keyOf(name))
+				}
+				_ = tr.Snapshot()
+			}
+		}(g)
+	}
+	wg.Wait()
+	if got, want := len(tr.Snapshot().Services), 4*25; got != want {
+		t.Fatalf("services = %d; want %d", got, want)
+	}
+}
