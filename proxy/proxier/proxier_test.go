@@ -1,0 +1,230 @@
+package proxier
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// Address plan: ClusterIPs in 198.19.0.0/16, pods in 198.18.128.0/24, node 198.18.1.1.
+
+func service(name, ip string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, CreationTimestamp: metav1.Unix(1, 0)},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ip, ClusterIPs: []string{ip},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+}
+
+func slice(svc string, addrs ...string) *discoveryv1.EndpointSlice {
+	port, name, proto := int32(8080), "http", corev1.ProtocolTCP
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: svc + "-abc", Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
+	}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}})
+	}
+	return s
+}
+
+type recorder struct {
+	mu       sync.Mutex
+	syncs    int
+	failures int
+	full     int
+	latency  []time.Duration
+}
+
+func (r *recorder) Synced(full bool, d time.Duration, res reconciler.Result, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.syncs++
+	if full {
+		r.full++
+	}
+	if err != nil {
+		r.failures++
+	}
+}
+
+func (r *recorder) Programmed(l time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latency = append(r.latency, l)
+}
+
+func (r *recorder) get() (syncs, failures, full, programmed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.syncs, r.failures, r.full, len(r.latency)
+}
+
+func newProxier(t *testing.T, kernel nft.Interface, tr *model.Tracker, obs Observer) *Proxier {
+	b, err := ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(tr, kernel, []*ruleset.Builder{b}, obs, logr.Discard(), time.Now)
+}
+
+var table4 = nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+
+// locked lets the test read the fake kernel while the runner writes it.
+type locked struct {
+	mu sync.Mutex
+	k  nft.Interface
+}
+
+func (l *locked) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.k.Apply(ctx, tx)
+}
+
+func (l *locked) Dump(ctx context.Context, t nft.Table) (*nft.Ruleset, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.k.Dump(ctx, t)
+}
+
+func (l *locked) ListTables(ctx context.Context, f nft.Family) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.k.ListTables(ctx, f)
+}
+
+// endpointsOf reads, from the kernel, the DNAT destinations of a Service chain with one endpoint
+// or the data of its endpoint map.
+func endpointsOf(t *testing.T, k nft.Interface, pn model.PortName) []string {
+	rs, err := k.Dump(context.Background(), table4)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range rs.Elements[ruleset.EndpointMap(pn)] {
+		out = append(out, e.Data[0].Addr.String())
+	}
+	for _, r := range rs.Rules {
+		if r.Chain != ruleset.ServiceChain(pn) {
+			continue
+		}
+		for _, x := range r.Exprs {
+			if d, ok := x.(nft.DNAT); ok {
+				out = append(out, d.Addr.String())
+			}
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRunnerFollowsChanges(t *testing.T) {
+	fake := &locked{k: nft.NewFake()}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	rec := &recorder{}
+	p := newProxier(t, fake, tr, rec)
+	r := NewRunner(p, RunConfig{MinSyncPeriod: 10 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
+	r.Notify()
+	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
+	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+	<-r.Synced()
+
+	// A burst of changes is coalesced; the final state wins.
+	for i := 0; i < 20; i++ {
+		tr.UpsertEndpointSlice(slice("web", "198.18.128.10", "198.18.128.11", "198.18.128.12"))
+		r.Notify()
+	}
+	waitFor(t, "three endpoints programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 3 })
+	syncs, failures, full, programmed := rec.get()
+	if syncs > 10 {
+		t.Errorf("%d syncs for one initial change and a burst of 20, want coalescing", syncs)
+	}
+	if failures != 0 || full != 1 {
+		t.Errorf("failures=%d full=%d, want 0 failures and exactly the initial full sync", failures, full)
+	}
+	if programmed == 0 {
+		t.Error("no network-programming latency was reported")
+	}
+}
+
+// flaky fails every Apply until healed.
+type flaky struct {
+	nft.Interface
+	mu     sync.Mutex
+	broken bool
+	calls  int
+}
+
+func (f *flaky) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	f.mu.Lock()
+	f.calls++
+	broken := f.broken
+	f.mu.Unlock()
+	if broken {
+		return nft.Stats{}, &nft.OpError{Index: 0, Op: "add table", Err: syscall.EMSGSIZE}
+	}
+	return f.Interface.Apply(ctx, tx)
+}
+
+func (f *flaky) set(broken bool) { f.mu.Lock(); f.broken = broken; f.mu.Unlock() }
+func (f *flaky) n() int         { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
+
+func TestRunnerBacksOffAndRecovers(t *testing.T) {
+	k := &flaky{Interface: &locked{k: nft.NewFake()}, broken: true}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
+	rec := &recorder{}
+	r := NewRunner(newProxier(t, k, tr, rec), RunConfig{MinSyncPeriod: 20 * time.Millisecond, MaxBackoff: 80 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(300 * time.Millisecond)
+	calls := k.n()
+	// 20, 40, 80, 80 ms backoff: about 5 attempts in 300 ms; a retry storm would be ~300.
+	if calls < 2 || calls > 12 {
+		t.Errorf("%d apply attempts in 300 ms while failing, want a handful (backoff)", calls)
+	}
+	k.set(false)
+	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
+	waitFor(t, "recovery", func() bool { return len(endpointsOf(t, k, pn)) == 1 })
+	<-r.Synced()
+	if _, failures, _, _ := rec.get(); failures == 0 {
+		t.Error("failures were not reported to the observer")
+	}
+}

@@ -1,0 +1,152 @@
+package proxier
+
+import (
+	"context"
+	"time"
+
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
+)
+
+// RunConfig times the sync loop.
+type RunConfig struct {
+	// MinSyncPeriod is the least time between two syncs: changes arriving faster are coalesced
+	// into one sync (default 1 s, as kube-proxy).
+	MinSyncPeriod time.Duration
+	// FullSyncPeriod is how often the kernel is read back and drift repaired (default 1 h).
+	FullSyncPeriod time.Duration
+	// MaxBackoff caps the retry delay after failed syncs (default 30 s).
+	MaxBackoff time.Duration
+}
+
+func (c *RunConfig) defaults() {
+	if c.MinSyncPeriod <= 0 {
+		c.MinSyncPeriod = time.Second
+	}
+	if c.FullSyncPeriod <= 0 {
+		c.FullSyncPeriod = time.Hour
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+}
+
+// Runner calls Proxier.Sync when poked, at most once per MinSyncPeriod, plus a full sync every
+// FullSyncPeriod, retrying failures with exponential backoff. It never exits on a failed sync.
+type Runner struct {
+	p    *Proxier
+	cfg  RunConfig
+	poke chan struct{}
+	// synced is closed after the first successful sync.
+	synced chan struct{}
+}
+
+// NewRunner returns a Runner for p.
+func NewRunner(p *Proxier, cfg RunConfig) *Runner {
+	cfg.defaults()
+	return &Runner{p: p, cfg: cfg, poke: make(chan struct{}, 1), synced: make(chan struct{})}
+}
+
+// Notify asks for a sync soon; it never blocks, and many calls before the sync make one.
+func (r *Runner) Notify() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Synced is closed once the first sync has succeeded.
+func (r *Runner) Synced() <-chan struct{} { return r.synced }
+
+// Run syncs until ctx is cancelled. The first sync is a full one (read the kernel back, send
+// only the differences: no flush-and-rebuild window). The rules stay in the kernel on return.
+func (r *Runner) Run(ctx context.Context) {
+	var (
+		lastSync  time.Time
+		lastFull  time.Time
+		failures  int
+		needFull  = true
+		pending   = true
+		timer     = time.NewTimer(0)
+		firstDone bool
+	)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.poke:
+			pending = true
+		case <-timer.C:
+		}
+		now := r.p.now()
+		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {
+			needFull, pending = true, true
+		}
+		if r.p.PendingCleanup() {
+			pending = true
+		}
+		wait := r.cfg.MinSyncPeriod - now.Sub(lastSync)
+		if failures > 0 {
+			wait = backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff) - now.Sub(lastSync)
+		}
+		if !pending || wait > 0 {
+			resetTimer(timer, r.nextWake(pending, wait, now, lastFull))
+			continue
+		}
+		_, err := r.p.Sync(ctx, needFull)
+		lastSync = r.p.now()
+		if err != nil {
+			failures++
+			needFull = true
+			if failures == 1 || failures%10 == 0 {
+				r.p.log.Error(err, "sync failed; the previous ruleset stays in place", "failures", failures,
+					"retryIn", backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+			}
+			resetTimer(timer, backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+			continue
+		}
+		if failures > 0 {
+			r.p.log.Info("sync recovered", "afterFailures", failures)
+		}
+		if needFull {
+			lastFull = lastSync
+		}
+		failures, needFull, pending = 0, false, false
+		if !firstDone {
+			firstDone = true
+			close(r.synced)
+		}
+		next := r.nextWake(false, 0, lastSync, lastFull)
+		if r.p.PendingCleanup() {
+			next = min(next, reconciler.StaleChainDelay)
+		}
+		resetTimer(timer, next)
+	}
+}
+
+// nextWake is how long to sleep: until a pending sync may run, or until the next full resync.
+func (r *Runner) nextWake(pending bool, wait time.Duration, now, lastFull time.Time) time.Duration {
+	untilFull := r.cfg.FullSyncPeriod - now.Sub(lastFull)
+	if pending && wait < untilFull {
+		return max(wait, time.Millisecond)
+	}
+	return max(untilFull, time.Millisecond)
+}
+
+func backoff(failures int, base, maxDelay time.Duration) time.Duration {
+	d := base
+	for i := 1; i < failures && d < maxDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxDelay)
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
+}
