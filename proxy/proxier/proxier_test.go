@@ -200,7 +200,7 @@ func (f *flaky) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, erro
 }
 
 func (f *flaky) set(broken bool) { f.mu.Lock(); f.broken = broken; f.mu.Unlock() }
-func (f *flaky) n() int         { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
+func (f *flaky) n() int          { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
 
 func TestRunnerBacksOffAndRecovers(t *testing.T) {
 	k := &flaky{Interface: &locked{k: nft.NewFake()}, broken: true}
