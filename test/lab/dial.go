@@ -68,7 +68,10 @@ func (r Result) String() string {
 
 // Dialer probes backends from inside a namespace. The zero value is ready to use.
 type Dialer struct {
-	// Timeout bounds one probe (connect and answer); default 2 s.
+	// Timeout bounds one probe (connect and answer); default 2 s. Keep it at 2 s or more when a
+	// TCP probe must tell an ICMP error from a drop: in a one-kernel lab the ICMP answer to the
+	// first SYN arrives while connect still holds the socket locked, and the kernel discards it
+	// (TcpExtLockDroppedIcmps); the answer to the retransmitted SYN, 1 s later, counts.
 	Timeout time.Duration
 	// UDPAttempts is how many datagrams a UDP probe sends, spread over Timeout; default 4.
 	UDPAttempts int

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nftproxy/nftproxy/test/netns"
@@ -30,6 +31,9 @@ type Flow struct {
 	r      *bufio.Reader
 	broken error // a TCP connection that failed once stays failed
 }
+
+// queuedErrorWait bounds the wait for an ICMP error after a locally rejected send.
+const queuedErrorWait = 200 * time.Millisecond
 
 // NewFlow returns a flow to addr from ns with the default Dialer; see Dialer.Flow.
 func NewFlow(ns *netns.NS, network, addr string) *Flow { return Dialer{}.Flow(ns, network, addr) }
@@ -132,6 +136,9 @@ func (f *Flow) probeUDP(ctx context.Context) Result {
 	var last error
 	for i := 0; i < attempts; i++ {
 		if _, err := f.c.Write([]byte("probe\n")); err != nil {
+			if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+				err = f.queuedError(ctx, err)
+			}
 			return classify(ctx, fmt.Errorf("%s: send %d: %w", f, i+1, err))
 		}
 		wait := time.Now().Add(step)
@@ -149,6 +156,22 @@ func (f *Flow) probeUDP(ctx context.Context) Result {
 		}
 	}
 	return classify(ctx, last)
+}
+
+// queuedError looks for the ICMP answer to a datagram the node's own output hook rejected: the
+// send fails with EPERM (the datagram was dropped) and the ICMP error the reject generated is
+// queued on the socket a moment later. That error (refused, unreachable) says more than EPERM.
+func (f *Flow) queuedError(ctx context.Context, sendErr error) error {
+	wait := time.Now().Add(queuedErrorWait)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(wait) {
+		wait = dl
+	}
+	_ = f.c.SetReadDeadline(wait)
+	var buf [64]byte
+	if _, err := f.c.Read(buf[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	return sendErr
 }
 
 // Local is the flow's source address and port once the first probe opened it (zero before),

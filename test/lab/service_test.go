@@ -176,3 +176,71 @@ func TestHairpin(t *testing.T) {
 		t.Errorf("hairpin with masquerade: got %v, want pod-1 seeing %s", r, PodGatewayV4)
 	}
 }
+
+// verdicts answers probes to ClusterIP 198.19.0.3 / fd00:19::3 with every kind of refusal the
+// daemon's rules produce, by destination port, in forward (client traffic) and output (node
+// traffic).
+const verdicts = `
+table inet labverdicts {
+	chain verdicts {
+		tcp dport 1 reject with tcp reset
+		udp dport 2 reject
+		tcp dport 3 reject with icmpx type host-unreachable
+		meta l4proto { tcp, udp } th dport 4 drop
+		udp dport 5 reject with icmpx type admin-prohibited
+	}
+	chain forward {
+		type filter hook forward priority filter;
+		ip daddr 198.19.0.3 jump verdicts
+		ip6 daddr fd00:19::3 jump verdicts
+	}
+	chain output {
+		type filter hook output priority filter;
+		ip daddr 198.19.0.3 jump verdicts
+		ip6 daddr fd00:19::3 jump verdicts
+	}
+}
+`
+
+// TestOutcomes proves each refusal is classified as a test expects it: a reset or port
+// unreachable is Refused, other ICMP errors and local output drops are Unreachable, silent drops
+// are Timeout.
+func TestOutcomes(t *testing.T) {
+	l := New(t, Options{Pods: 1, Ports: []PortSpec{}})
+	ctx := testContext(t)
+	if err := l.NftApply(verdicts); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		network string
+		port    uint16
+		client  Outcome
+		node    Outcome
+	}{
+		{"tcp", 1, Refused, Refused},
+		{"udp", 2, Refused, Refused},
+		{"tcp", 3, Unreachable, Unreachable},
+		{"tcp", 4, Timeout, Timeout},     // TCP retransmits a SYN its own output dropped
+		{"udp", 4, Timeout, Unreachable}, // a datagram dropped in output fails the send (EPERM)
+		{"udp", 5, Unreachable, Unreachable},
+	}
+	for _, tt := range tests {
+		for _, vip := range []netip.Addr{ClusterIPv4(3), ClusterIPv6(3)} {
+			addr := hostPort(vip, tt.port)
+			// Parallel: the silent cases each wait for the whole default timeout, which TCP
+			// needs (see Dialer.Timeout).
+			t.Run("client "+tt.network+" "+addr, func(t *testing.T) {
+				t.Parallel()
+				if r := Dial(ctx, l.Client(1).NS, tt.network, addr); r.Outcome != tt.client {
+					t.Errorf("got %v, want %v", r, tt.client)
+				}
+			})
+			t.Run("node "+tt.network+" "+addr, func(t *testing.T) {
+				t.Parallel()
+				if r := Dial(ctx, l.Node, tt.network, addr); r.Outcome != tt.node {
+					t.Errorf("got %v, want %v", r, tt.node)
+				}
+			})
+		}
+	}
+}
