@@ -57,8 +57,11 @@ func (k *Kernel) Close() error { return k.conn.close() }
 // A refused op comes back as *OpError naming it.
 func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	st := Stats{Ops: len(tx.Ops)}
-	if tx.Table.Name == "" || (tx.Table.Family != IPv4 && tx.Table.Family != IPv6) {
-		return st, fmt.Errorf("apply: transaction on %q: needs a table name and family IPv4 or IPv6", tx.Table)
+	for i, op := range tx.Ops {
+		t := kernelOpTable(tx, op)
+		if t.Name == "" || (t.Family != IPv4 && t.Family != IPv6) {
+			return st, fmt.Errorf("apply: op %d on table %q: needs a table name and family IPv4 or IPv6", i, t)
+		}
 	}
 	if len(tx.Ops) == 0 {
 		return st, nil
@@ -84,43 +87,59 @@ func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	return st, err
 }
 
+// kernelOpTable is the table op acts on (the transaction's if the op names none).
+func kernelOpTable(tx *Transaction, op Op) Table {
+	if op.Table.Name == "" {
+		return tx.Table
+	}
+	return op.Table
+}
+
+// kernelSetKey names a set across the tables of one transaction.
+type kernelSetKey struct {
+	t    Table
+	name string
+}
+
 // encode builds the batch: BATCH_BEGIN, the ops' messages, BATCH_END (with NLM_F_ACK).
 func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, error) {
-	txSets := map[string]*codecSetInfo{}
+	txSets := map[kernelSetKey]*codecSetInfo{}
 	nextID := uint32(1)
 	for _, op := range tx.Ops {
 		if s, ok := op.Object.(*Set); ok && op.Verb == VerbAdd {
-			if _, dup := txSets[s.Name]; !dup {
-				txSets[s.Name] = &codecSetInfo{set: *s, id: nextID}
+			key := kernelSetKey{kernelOpTable(tx, op), s.Name}
+			if _, dup := txSets[key]; !dup {
+				txSets[key] = &codecSetInfo{set: *s, id: nextID, modulus: s.NumgenKey}
 				nextID++
 			}
 		}
 	}
 	codecNumgenModuli(tx, txSets)
-	var kernelSets map[string]*codecSetInfo
-	lookup := func(name string) (*codecSetInfo, error) {
-		if s, ok := txSets[name]; ok {
+	kernelSets := map[Table]map[string]*codecSetInfo{}
+	lookup := func(t Table, name string) (*codecSetInfo, error) {
+		if s, ok := txSets[kernelSetKey{t, name}]; ok {
 			return s, nil
 		}
-		if kernelSets == nil {
-			kernelSets = map[string]*codecSetInfo{}
-			sets, err := k.dumpSets(ctx, tx.Table)
+		if kernelSets[t] == nil {
+			kernelSets[t] = map[string]*codecSetInfo{}
+			sets, err := k.dumpSets(ctx, t)
 			if err != nil && !IsNotFound(err) {
-				return nil, fmt.Errorf("read sets of table %s: %w", tx.Table, err)
+				return nil, fmt.Errorf("read sets of table %s: %w", t, err)
 			}
 			for _, s := range sets {
-				kernelSets[s.Name] = &codecSetInfo{set: s}
+				kernelSets[t][s.Name] = &codecSetInfo{set: s}
 			}
 		}
-		if s, ok := kernelSets[name]; ok {
+		if s, ok := kernelSets[t][name]; ok {
 			return s, nil
 		}
-		return nil, codecNotFound("set %s not in table %s nor added by this transaction", name, tx.Table)
+		return nil, codecNotFound("set %s not in table %s nor added by this transaction", name, t)
 	}
 	n := len(tx.Ops) + 2
-	b := &codecBatch{fam: tx.Table.Family, table: tx.Table.Name, seq0: k.conn.nextSeq(n + 16), sets: lookup}
-	rc := &codecRuleCtx{fam: tx.Table.Family, sets: func(name string) (codecSetRef, error) {
-		s, err := lookup(name)
+	b := &codecBatch{seq0: k.conn.nextSeq(n)}
+	b.sets = func(name string) (*codecSetInfo, error) { return lookup(Table{Family: b.fam, Name: b.table}, name) }
+	rc := &codecRuleCtx{sets: func(name string) (codecSetRef, error) {
+		s, err := b.sets(name)
 		if err != nil {
 			return codecSetRef{}, err
 		}
@@ -129,8 +148,14 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 	begin := b.w.beginMsg(unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	b.w.endMsg(begin)
 	for i, op := range tx.Ops {
+		t := kernelOpTable(tx, op)
+		if t.Family != b.fam || t.Name != b.table {
+			b.closeElems()
+			b.fam, b.table = t.Family, t.Name
+		}
+		rc.fam = t.Family
 		if err := b.addOp(i, op, rc); err != nil {
-			oe := &OpError{Index: i, Op: codecOpName(op), Object: codecObjectDesc(tx.Table, op), Err: err}
+			oe := &OpError{Index: i, Op: codecOpName(op), Object: codecObjectDesc(t, op), Err: err}
 			if errors.Is(err, syscall.ENOENT) {
 				oe.Err = fmt.Errorf("%v: %w", err, syscall.ENOENT)
 			} else {
@@ -140,11 +165,8 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 		}
 	}
 	b.closeElems()
-	// Sequence numbers were reserved for one message per op; element chunks use fewer, and the
-	// reservation is widened here if any op produced more than one message (never today).
-	if extra := len(b.msgs) + 2 - (n + 16); extra > 0 {
-		k.conn.nextSeq(extra)
-	}
+	// Each op yields at most one message (element ops share theirs), so the n reserved sequence
+	// numbers cover BATCH_BEGIN, every message and BATCH_END.
 	endSeq := b.seq0 + 1 + uint32(len(b.msgs))
 	end := b.w.beginMsg(unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST|unix.NLM_F_ACK, endSeq, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	b.w.endMsg(end)
@@ -213,7 +235,7 @@ func (k *Kernel) opError(tx *Transaction, b *codecBatch, e nlErrReply) *OpError 
 		}
 	}
 	op := tx.Ops[idx]
-	return &OpError{Index: idx, Op: codecOpName(op), Object: codecObjectDesc(tx.Table, op), Err: e.errno, Detail: e.msg}
+	return &OpError{Index: idx, Op: codecOpName(op), Object: codecObjectDesc(kernelOpTable(tx, op), op), Err: e.errno, Detail: e.msg}
 }
 
 // ListTables returns the names of the tables of family f.
@@ -235,21 +257,23 @@ func (k *Kernel) ListTables(ctx context.Context, f Family) ([]string, error) {
 }
 
 // codecNumgenModuli finds, for each integer-keyed map added by tx, the modulus of the numgen that
-// fills its key: from a DNATNumgen rule of tx naming it, else one more than its largest key in tx.
-func codecNumgenModuli(tx *Transaction, sets map[string]*codecSetInfo) {
+// fills its key: Set.NumgenKey if given, else from a DNATNumgen rule of tx naming it, else one
+// more than its largest key in tx.
+func codecNumgenModuli(tx *Transaction, sets map[kernelSetKey]*codecSetInfo) {
 	for _, op := range tx.Ops {
-		switch o := op.Object.(type) {
-		case *Rule:
-			for _, e := range o.Exprs {
-				if d, ok := e.(DNATNumgen); ok && sets[d.Map] != nil {
-					sets[d.Map].modulus = d.Modulus
+		if r, ok := op.Object.(*Rule); ok {
+			for _, e := range r.Exprs {
+				if d, ok := e.(DNATNumgen); ok {
+					if s := sets[kernelSetKey{kernelOpTable(tx, op), d.Map}]; s != nil && s.set.NumgenKey == 0 {
+						s.modulus = d.Modulus
+					}
 				}
 			}
 		}
 	}
 	for _, op := range tx.Ops {
 		if el, ok := op.Object.(*Element); ok && op.Verb == VerbAdd && len(el.Key) == 1 {
-			if s := sets[el.Set]; s != nil && el.Key[0].Type == TypeInteger && s.modulus <= el.Key[0].Num {
+			if s := sets[kernelSetKey{kernelOpTable(tx, op), el.Set}]; s != nil && s.set.NumgenKey == 0 && el.Key[0].Type == TypeInteger && s.modulus <= el.Key[0].Num {
 				s.modulus = el.Key[0].Num + 1
 			}
 		}

@@ -334,3 +334,5 @@ func kernelErrorf(err error) *OpError {
 	}
 	return nil
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
