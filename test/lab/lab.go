@@ -66,6 +66,15 @@ func (h *Host) Spread(ctx context.Context, network, addr string, n int) Tally {
 	return Spread(ctx, h.NS, network, addr, n)
 }
 
+// AddAddress gives the host one more address on its link, for tests that need a second source
+// (e.g. loadBalancerSourceRanges: one address allowed, one not). Pick it inside the host's own
+// subnet (client-1: 198.18.1.3 to .254, fd00:1::3 on) so the node reaches it without a route;
+// probe from it with Dialer.Source. It goes away with the lab.
+func (h *Host) AddAddress(a netip.Addr) error {
+	_, err := h.NS.Run("ip", "address", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", "eth0", "nodad")
+	return err
+}
+
 // Lab is a built topology. Close removes all of it.
 type Lab struct {
 	// Prefix is the unique prefix of every namespace of this lab.
@@ -341,6 +350,16 @@ func waitAddresses(ns *netns.NS) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("netns %s: addresses still tentative after 2s: %s", ns.Name, out)
+}
+
+// NodeIPs are every address of the node: the primary ones, its address on each client link and
+// on the bridge. Each is local to the node, so each is a NodePort address by default.
+func (l *Lab) NodeIPs() []netip.Addr {
+	ips := []netip.Addr{netip.MustParseAddr(NodeIPv4), netip.MustParseAddr(NodeIPv6)}
+	for _, c := range l.Clients {
+		ips = append(ips, c.GatewayV4, c.GatewayV6)
+	}
+	return append(ips, netip.MustParseAddr(PodGatewayV4), netip.MustParseAddr(PodGatewayV6))
 }
 
 // Pod is pod-n (n from 1).

@@ -59,6 +59,56 @@ func TestDirectPaths(t *testing.T) {
 	}
 }
 
+// TestExtraSource proves a host can send from a second address and the pod sees that address.
+func TestExtraSource(t *testing.T) {
+	l := New(t, Options{Pods: 1})
+	ctx := testContext(t)
+	c := l.Client(1)
+	tests := []struct {
+		network string
+		src     netip.Addr
+		to      netip.Addr
+	}{
+		{"tcp", netip.MustParseAddr("198.18.1.3"), l.Pod(1).IPv4},
+		{"udp", netip.MustParseAddr("fd00:1::3"), l.Pod(1).IPv6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.network+" from "+tt.src.String(), func(t *testing.T) {
+			if err := c.AddAddress(tt.src); err != nil {
+				t.Fatal(err)
+			}
+			r := Dialer{Source: tt.src}.Dial(ctx, c.NS, tt.network, hostPort(tt.to, 80))
+			if r.Outcome != Replied || r.Reply.From.Addr() != tt.src {
+				t.Errorf("got %v, want pod-1 seeing %s", r, tt.src)
+			}
+		})
+	}
+}
+
+// TestNodeIPsReachable proves every node address answers a client: each is local to the node, a
+// NodePort candidate. A node-local backend started with Serve stands in for a host-network pod.
+func TestNodeIPsReachable(t *testing.T) {
+	l := New(t, Options{Clients: 2, Pods: 1})
+	ctx := testContext(t)
+	s, err := Serve(l.Node, "node", l.NodeIPs(), []PortSpec{{Proto: "tcp", First: 30080}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if got := len(l.NodeIPs()); got != 8 {
+		t.Errorf("got %d node IPs %v, want 8 (uplink, 2 client links, bridge; each v4 and v6)", got, l.NodeIPs())
+	}
+	for _, ip := range l.NodeIPs() {
+		addr := hostPort(ip, 30080)
+		t.Run(addr, func(t *testing.T) {
+			r := l.Client(2).Dial(ctx, "tcp", addr)
+			if r.Outcome != Replied || r.Reply.Pod != "node" || r.Reply.To != ip {
+				t.Errorf("got %v, want the node answering on %s", r, ip)
+			}
+		})
+	}
+}
+
 // TestClosedPort proves that the lab tells "refused" from "timeout" from "unreachable": a
 // closed port answers with RST / ICMP port unreachable at once, an address the node has no
 // neighbour for stays silent.
