@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
+)
+
+func TestProxyMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewProxy(reg, []string{"range-end-before-start"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Synced(true, 2*time.Second, reconciler.Result{Full: true, Ops: 40, Repairs: 3, Stats: nft.Stats{Bytes: 4096},
+		Objects: map[nft.Family]reconciler.Counts{nft.IPv4: {Chains: 5, Rules: 9, Sets: 2, Elements: 7}}}, nil)
+	m.Synced(false, 10*time.Millisecond, reconciler.Result{}, errors.New("boom"))
+	m.Programmed(150 * time.Millisecond)
+	m.Rejected("range-end-before-start")
+
+	for name, want := range map[string]float64{
+		SyncFailures: 1, KubeProxySyncFailures: 1, SyncOps: 40, SyncBytes: 4096, DriftRepairs: 3,
+	} {
+		var c prometheus.Collector
+		switch name {
+		case SyncFailures:
+			c = m.failures
+		case KubeProxySyncFailures:
+			c = m.kpFailures
+		case SyncOps:
+			c = m.ops
+		case SyncBytes:
+			c = m.bytes
+		case DriftRepairs:
+			c = m.repairs
+		}
+		if got := testutil.ToFloat64(c); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.objects.WithLabelValues("IPv4", "elements")); got != 7 {
+		t.Errorf("elements gauge = %v, want 7", got)
+	}
+	if got := testutil.ToFloat64(m.invalid.WithLabelValues("range-end-before-start")); got != 1 {
+		t.Errorf("invalid services = %v, want 1", got)
+	}
+	n, err := testutil.GatherAndCount(reg, SyncDuration, KubeProxySync, KubeProxyProgramming, NetworkProgramming)
+	if err != nil || n != 5 {
+		t.Errorf("gathered %d series (err %v), want 5 (2 kinds + 3 plain histograms)", n, err)
+	}
+	if lint, err := testutil.GatherAndLint(reg); err != nil || len(lint) > 0 {
+		t.Errorf("metric lint problems: %v %v", lint, err)
+	}
+	if _, err := NewProxy(reg, nil); err == nil {
+		t.Error("registering twice on one registry succeeded")
+	}
+}
