@@ -19,8 +19,9 @@ import (
 // element keys and data must fit their set (EINVAL); an element whose key exists with other data,
 // or whose interval overlaps another, fails (EEXIST); deleting what is missing fails (ENOENT);
 // deleting a chain or set still referenced fails (EBUSY); a chain deleted with rules loses them;
-// NAT and reject statements must only be reachable from base chains whose type and hook allow
-// them (EOPNOTSUPP), and jumps may not nest 16 deep or loop (EMLINK).
+// an update with a timeout needs a set with the timeout flag (EOPNOTSUPP); NAT and reject
+// statements must only be reachable from base chains whose type and hook allow them
+// (EOPNOTSUPP), and jumps may not nest 16 deep or loop (EMLINK).
 //
 // Where it is stricter than the kernel (the kernel sees only byte lengths), it refuses with
 // EINVAL: a key or a lookup whose field types differ from the set's even if their sizes match.

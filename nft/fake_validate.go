@@ -99,9 +99,7 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if err != nil {
 				return err
 			}
-			if !s.Dynamic {
-				return fakeErr(i, op, syscall.EOPNOTSUPP, "expression %d: set %s is not dynamic: rules cannot update it", k, s.Name)
-			}
+			// Linux 6.18 accepts an update of a set without the dynamic flag (nft sets it anyway).
 			if x.Timeout > 0 && !s.HasTimeout && s.Timeout == 0 {
 				return fakeErr(i, op, syscall.EOPNOTSUPP, "expression %d: set %s has no timeout flag: update cannot set a timeout", k, s.Name)
 			}
