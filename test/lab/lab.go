@@ -207,14 +207,17 @@ func (l *Lab) createNamespaces(opts Options) error {
 			GatewayV4: netip.MustParseAddr(PodGatewayV4), GatewayV6: netip.MustParseAddr(PodGatewayV6),
 			NodeLink: fmt.Sprintf("veth-pod%d", n)}
 	}
+	// The node first and alone: the first `ip netns add` on a host sets up /run/netns, which
+	// concurrent first calls could race on.
+	var err error
+	if l.Node, err = netns.Create(l.Prefix + "-node"); err != nil {
+		return err
+	}
 	hosts := append(append([]*Host{}, l.Clients...), l.Pods...)
-	nss := make([]*netns.NS, len(hosts)+2)
-	err := parallel(len(nss), func(i int) error {
-		name := "node"
-		switch {
-		case i == len(hosts)+1:
-			name = "gw"
-		case i < len(hosts):
+	nss := make([]*netns.NS, len(hosts)+1)
+	err = parallel(len(nss), func(i int) error {
+		name := "gw"
+		if i < len(hosts) {
 			name = hosts[i].Name
 		}
 		ns, err := netns.Create(l.Prefix + "-" + name)
@@ -224,7 +227,7 @@ func (l *Lab) createNamespaces(opts Options) error {
 	for i, h := range hosts {
 		h.NS = nss[i]
 	}
-	l.Node, l.Gateway = nss[len(hosts)], nss[len(hosts)+1]
+	l.Gateway = nss[len(hosts)]
 	return err
 }
 

@@ -260,3 +260,28 @@ func netnsList() (string, error) {
 	out, err := exec.Command("ip", "netns", "list").Output()
 	return string(out), err
 }
+
+// TestBuildFailureCleansUp proves a lab that fails half-way removes what it had built.
+func TestBuildFailureCleansUp(t *testing.T) {
+	netns.Skip(t)
+	tests := []struct {
+		name string
+		opts Options
+	}{
+		{"too many pods", Options{Prefix: "nftp-labfail", Pods: MaxPods + 1}},
+		{"bad protocol after wiring", Options{Prefix: "nftp-labfail", Ports: []PortSpec{{Proto: "sctp", First: 80}}}},
+		{"empty range after wiring", Options{Prefix: "nftp-labfail", Ports: []PortSpec{{First: 90, Last: 80}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := Build(tt.opts)
+			if err == nil {
+				l.Close()
+				t.Fatalf("Build(%+v): got no error, want one", tt.opts)
+			}
+			if got := labNamespaces(t, tt.opts.Prefix); len(got) != 0 {
+				t.Errorf("after failed Build (%v): got namespaces %v, want none", err, got)
+			}
+		})
+	}
+}
