@@ -1,0 +1,85 @@
+package model_test
+
+import (
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/proxy/manifest"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// expectKey is the test-only annotation on every corpus Service: "accepted" or the Reason it must
+// be rejected with.
+const expectKey = "test.nftproxy.io/expect"
+
+// TestInvalidCorpus loads testdata/invalid (one file per rejection reason plus valid canaries) the
+// way file mode does and checks each Service's fate. The canaries prove that one bad Service
+// does not take the others down.
+func TestInvalidCorpus(t *testing.T) {
+	objs, errs := manifest.Load("testdata/invalid")
+	if len(errs) != 0 {
+		t.Fatalf("loading corpus: %v", errs)
+	}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	manifest.NewFeeder(tr).Feed(objs, errs)
+	snap := tr.Snapshot()
+	covered := map[string]bool{}
+	for _, svc := range objs.Services {
+		want := svc.Annotations[expectKey]
+		key := model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
+		covered[want] = true
+		t.Run(key.String(), func(t *testing.T) {
+			got := snap.Services[key]
+			if got == nil {
+				t.Fatalf("no model; want %s", want)
+			}
+			if want == "accepted" {
+				if got.Rejected != nil || len(got.Ports) == 0 {
+					t.Fatalf("rejected = %+v, %d ports; want accepted with ports", got.Rejected, len(got.Ports))
+				}
+				return
+			}
+			if got.Rejected == nil || got.Rejected.Reason != want {
+				t.Fatalf("rejection = %+v; want reason %s", got.Rejected, want)
+			}
+			if !strings.HasPrefix(got.Rejected.Message, "service "+key.String()+": ") {
+				t.Fatalf("message = %q; want it to start with the service key", got.Rejected.Message)
+			}
+		})
+	}
+	t.Run("every reason has a corpus file", func(t *testing.T) {
+		var missing []string
+		for _, r := range model.AllReasons() {
+			if !covered[r] {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) != 0 || !covered["accepted"] {
+			t.Fatalf("reasons without a corpus Service: %v (canary present: %v); want none missing and a canary", missing, covered["accepted"])
+		}
+	})
+}
+
+// TestReasonsDocumented checks REASONS.md has a section for every reason and no stale ones.
+func TestReasonsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("REASONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		if name, ok := strings.CutPrefix(line, "## "); ok {
+			documented = append(documented, strings.Trim(name, "` "))
+		}
+	}
+	want := model.AllReasons()
+	sort.Strings(documented)
+	sort.Strings(want)
+	if strings.Join(documented, ",") != strings.Join(want, ",") {
+		t.Fatalf("REASONS.md sections = %v; want %v", documented, want)
+	}
+}
