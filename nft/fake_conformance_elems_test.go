@@ -159,10 +159,10 @@ func confElementCases() []confCase {
 			{ops: []confBuild{add(&Element{Set: "service-ips", Key: key(v("198.19.0.12"), Proto(tcp), Port(150)), KeyEnd: key(v("198.19.0.12"), Proto(tcp), Port(250)), Verdict: &accept})}, err: fail("exists", 0), want: confSame},
 			{ops: []confBuild{add(&Element{Set: "service-ips", Key: key(v("198.19.0.12"), Proto(tcp), Port(50)), KeyEnd: key(v("198.19.0.12"), Proto(tcp), Port(100)), Verdict: &accept})}, err: fail("exists", 0), want: confSame},
 			{ops: []confBuild{add(velem("service-ips", accept, v("198.19.0.11"), Proto(udp), Port(20000)))}, err: fail("exists", 0), want: confSame},
-			// Touching but not overlapping is fine; so is a range that encloses another without
-			// either end inside it (the kernel's pipapo backend checks only the two ends).
-			{ops: []confBuild{add(&Element{Set: "service-ips", Key: key(v("198.19.0.12"), Proto(tcp), Port(201)), KeyEnd: key(v("198.19.0.12"), Proto(tcp), Port(300)), Verdict: &drop}),
-				add(&Element{Set: "service-ips", Key: key(v("198.19.0.12"), Proto(tcp), Port(90)), KeyEnd: key(v("198.19.0.12"), Proto(tcp), Port(400)), Verdict: &drop})},
+			// Touching but not overlapping is fine. (A range that encloses another without either
+			// end inside it is accepted too, by pipapo's two-point check, but such a state cannot
+			// be loaded again in sorted order; fake_test.go covers it.)
+			{ops: []confBuild{add(&Element{Set: "service-ips", Key: key(v("198.19.0.12"), Proto(tcp), Port(201)), KeyEnd: key(v("198.19.0.12"), Proto(tcp), Port(300)), Verdict: &drop})},
 				want: `table ip nftproxy {
 	map service-ips {
 		type ipv4_addr . inet_proto . inet_service : verdict
@@ -170,7 +170,6 @@ func confElementCases() []confCase {
 		elements = {
 			198.19.0.10 . tcp . 80 : goto svc-a,
 			198.19.0.11 . udp . 16384-32767 comment "ns/rtp:16384-32767" : goto svc-rtp,
-			198.19.0.12 . tcp . 90-400 : drop,
 			198.19.0.12 . tcp . 100-200 : accept,
 			198.19.0.12 . tcp . 201-300 : drop
 		}
@@ -191,7 +190,6 @@ func confElementCases() []confCase {
 		type ipv4_addr . inet_proto . inet_service : verdict
 		flags interval
 		elements = {
-			198.19.0.12 . tcp . 90-400 : drop,
 			198.19.0.12 . tcp . 100-200 : accept,
 			198.19.0.12 . tcp . 201-300 : drop
 		}

@@ -192,9 +192,9 @@ func renderBits(mask uint32, names []renderBitName) string {
 			rest &^= n.bit
 		}
 	}
-	out := strings.Join(parts, ",")
 	if rest != 0 {
-		out += " " + renderLoud("unnamed-bits", fmt.Sprintf("0x%x", rest))
+		parts = append(parts, renderLoud("unnamed-bits", fmt.Sprintf("0x%x", rest)))
 	}
+	out := strings.Join(parts, ",")
 	return out
 }
