@@ -188,8 +188,11 @@ func (b *codecBatch) baseChain(bc *BaseChain) error {
 	w.u32(unix.NFTA_HOOK_HOOKNUM, hook)
 	w.u32(unix.NFTA_HOOK_PRIORITY, uint32(bc.Priority))
 	w.endNest(n)
+	// Like nft, send a policy only when one is given: the kernel refuses a policy on an
+	// existing regular chain with EOPNOTSUPP before it can say EEXIST.
 	switch bc.Policy {
-	case "", PolicyAccept:
+	case "":
+	case PolicyAccept:
 		w.u32(unix.NFTA_CHAIN_POLICY, codecVerdictAcceptCode)
 	case PolicyDrop:
 		w.u32(unix.NFTA_CHAIN_POLICY, codecVerdictDropCode)

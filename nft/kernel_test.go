@@ -52,9 +52,9 @@ func kernelBaseTx(fam Family) *Transaction {
 	tx.Add(&Set{Name: "marks", Key: []Type{TypeMark}, Data: []Type{TypeVerdict}})
 	tx.Add(&Set{Name: "affinity", Key: []Type{a}, Dynamic: true, Timeout: 3 * time.Hour})
 	tx.Add(&Set{Name: "aff-port", Key: []Type{a, TypeInetService}, Dynamic: true, HasTimeout: true})
-	tx.Add(&Set{Name: "lb-a", Key: []Type{TypeInteger}, Data: []Type{TypeVerdict}})
-	tx.Add(&Set{Name: "ep-a", Key: []Type{TypeInteger}, Data: []Type{a, TypeInetService}})
-	tx.Add(&Set{Name: "ep-b", Key: []Type{TypeInteger}, Data: []Type{a}})
+	tx.Add(&Set{Name: "lb-a", Key: []Type{TypeInteger}, Data: []Type{TypeVerdict}, NumgenKey: 2})
+	tx.Add(&Set{Name: "ep-a", Key: []Type{TypeInteger}, Data: []Type{a, TypeInetService}, NumgenKey: 3})
+	tx.Add(&Set{Name: "ep-b", Key: []Type{TypeInteger}, Data: []Type{a}, NumgenKey: 2})
 	return tx
 }
 
