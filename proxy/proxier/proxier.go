@@ -47,8 +47,10 @@ type Proxier struct {
 	log      logr.Logger
 	now      func() time.Time
 
-	primed      bool // the whole model has been handed to the reconciler once
-	lastSuccess time.Time
+	primed       bool // the whole model has been handed to the reconciler once
+	lastSuccess  time.Time
+	failingSince time.Time
+	retrySince   time.Time // oldest change of a failed sync, for the latency of its retry
 }
 
 // New returns a Proxier over kernel for the given families' builders.
@@ -94,12 +96,21 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	if p.obs != nil {
 		p.obs.Synced(res.Full, d, res, err)
 	}
+	since := ch.Since
+	if !p.retrySince.IsZero() && (since.IsZero() || p.retrySince.Before(since)) {
+		since = p.retrySince
+	}
 	if err != nil {
+		p.retrySince = since
+		if p.failingSince.IsZero() {
+			p.failingSince = start
+		}
 		return res, fmt.Errorf("sync (%d changed services): %w", len(ch.Services), err)
 	}
 	p.lastSuccess = p.now()
-	if !ch.Since.IsZero() && p.obs != nil {
-		p.obs.Programmed(p.lastSuccess.Sub(ch.Since))
+	p.failingSince, p.retrySince = time.Time{}, time.Time{}
+	if !since.IsZero() && p.obs != nil {
+		p.obs.Programmed(p.lastSuccess.Sub(since))
 	}
 	if res.Repairs > 0 {
 		p.log.Info("repaired nftables drift", "objects", res.Repairs)
@@ -108,8 +119,12 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	return res, nil
 }
 
-// LastSuccess is when the last sync succeeded (zero before the first).
+// LastSuccess is when the last sync succeeded (zero before the first). Call it from the sync
+// goroutine, or through Runner.Status.
 func (p *Proxier) LastSuccess() time.Time { return p.lastSuccess }
+
+// FailingSince is when the current run of failed syncs began (zero when the last one succeeded).
+func (p *Proxier) FailingSince() time.Time { return p.failingSince }
 
 // PendingCleanup reports whether a later sync must delete chains that were flushed.
 func (p *Proxier) PendingCleanup() bool { return p.rec.PendingCleanup() }

@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
@@ -38,6 +39,22 @@ type Runner struct {
 	poke chan struct{}
 	// synced is closed after the first successful sync.
 	synced chan struct{}
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is the loop's health as other goroutines (the health server) may read it.
+type Status struct {
+	LastSuccess  time.Time
+	FailingSince time.Time
+}
+
+// Status returns the loop's current health.
+func (r *Runner) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
 }
 
 // NewRunner returns a Runner for p.
@@ -95,6 +112,9 @@ func (r *Runner) Run(ctx context.Context) {
 		}
 		_, err := r.p.Sync(ctx, needFull)
 		lastSync = r.p.now()
+		r.mu.Lock()
+		r.status = Status{LastSuccess: r.p.LastSuccess(), FailingSince: r.p.FailingSince()}
+		r.mu.Unlock()
 		if err != nil {
 			failures++
 			needFull = true

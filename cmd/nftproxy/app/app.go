@@ -1,0 +1,132 @@
+// Package app is the nftproxy command line: subcommands, flags, and the wiring of sources,
+// model, builder, reconciler, kernel, metrics and health into a running daemon.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/nftproxy/nftproxy/nft"
+)
+
+// Version is set at build time (-ldflags -X).
+var Version = "dev"
+
+const usage = `nftproxy: a Kubernetes service proxy that programs nftables directly over netlink.
+
+Usage:
+  nftproxy run     --manifests DIR --node-name NAME [flags]   serve Services from manifest files (--once: one sync, then exit)
+  nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
+  nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
+  nftproxy version                                            print the version
+
+Run "nftproxy <command> -h" for the flags of a command.
+`
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[1], args[2:]
+	var err error
+	switch cmd {
+	case "run":
+		err = runCmd(rest, stdout, stderr)
+	case "render":
+		err = renderCmd(rest, stdout, stderr)
+	case "cleanup":
+		err = cleanupCmd(rest, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "nftproxy %s\n", Version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "nftproxy: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "nftproxy %s: %v\n", cmd, err)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nftproxy %s: %v\n", cmd, err)
+		return 1
+	}
+	return 0
+}
+
+// usageError is a mistake in the command line (exit code 2).
+type usageError struct{ error }
+
+func parseFlags(name string, o *Options, daemon bool, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("nftproxy "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.register(fs, daemon)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of nftproxy %s:\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q: every setting is a flag", strings.Join(fs.Args(), " "))}
+	}
+	return nil
+}
+
+func newLogger(v int, w io.Writer) logr.Logger {
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(v), textlogger.Output(w)))
+}
+
+func cleanupCmd(args []string, stderr io.Writer) error {
+	var o Options
+	if err := parseFlags("cleanup", &o, false, args, stderr); err != nil {
+		return err
+	}
+	log := newLogger(o.Verbosity, stderr)
+	k, err := nft.NewKernel()
+	if err != nil {
+		return fmt.Errorf("open netlink: %w (cleanup needs CAP_NET_ADMIN)", err)
+	}
+	defer k.Close()
+	ctx := context.Background()
+	tx := nft.NewTransaction(nft.Table{})
+	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
+		names, err := k.ListTables(ctx, fam)
+		if err != nil {
+			return fmt.Errorf("list %s tables: %w", fam, err)
+		}
+		for _, n := range names {
+			if n == o.Table {
+				tx.Table = nft.Table{Family: fam, Name: n}
+				tx.Delete(&nft.TableObj{})
+			}
+		}
+	}
+	if tx.Len() == 0 {
+		log.Info("nothing to clean up: no nftproxy tables", "table", o.Table)
+		return nil
+	}
+	if _, err := k.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("delete tables: %w", err)
+	}
+	log.Info("deleted nftproxy tables", "count", tx.Len(), "table", o.Table)
+	return nil
+}

@@ -1,0 +1,142 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/proxier"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// Options are the flags of `run` and `render`. Names follow kube-proxy's where the meaning is
+// the same, so existing configuration carries over.
+type Options struct {
+	Manifests        string
+	NodeName         string
+	Once             bool
+	ProxyName        string
+	Table            string
+	Families         string
+	ClusterCIDRs     prefixList
+	ServiceCIDRs     prefixList
+	NodePortCIDRs    prefixList
+	MasqueradeAll    bool
+	MasqueradeBit    int
+	DropBit          int
+	MinSyncPeriod    time.Duration
+	FullSyncPeriod   time.Duration
+	HealthzAddress   string
+	MetricsAddress   string
+	HealthzTimeout   time.Duration
+	Verbosity        int
+	ShutdownGraceful time.Duration
+}
+
+// prefixList is a comma-separated list of CIDRs.
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	var s []string
+	for _, x := range *p {
+		s = append(s, x.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixList) Set(v string) error {
+	*p = nil
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		pr, err := netip.ParsePrefix(f)
+		if err != nil {
+			return fmt.Errorf("%q is not a CIDR (like 198.18.0.0/15 or fd00::/64)", f)
+		}
+		*p = append(*p, pr.Masked())
+	}
+	return nil
+}
+
+func (o *Options) register(fs *flag.FlagSet, daemon bool) {
+	fs.StringVar(&o.Manifests, "manifests", "", "directory of Service, EndpointSlice and Node manifests (YAML or JSON, multi-document) to serve; watched for changes")
+	fs.StringVar(&o.NodeName, "node-name", "", "name of this node: its Node object gives the node-port addresses and the zone, and selects local endpoints")
+	fs.StringVar(&o.ProxyName, "service-proxy-name", "", "handle only Services labelled service.kubernetes.io/service-proxy-name=<this>; empty: only Services without that label")
+	fs.StringVar(&o.Table, "table", ruleset.DefaultTable, "name of nftproxy's table in each family")
+	fs.StringVar(&o.Families, "ip-families", "ipv4,ipv6", "IP families to program: ipv4, ipv6 or both")
+	fs.Var(&o.ClusterCIDRs, "cluster-cidr", "pod CIDRs (comma-separated); traffic to a ClusterIP from outside them is masqueraded")
+	fs.Var(&o.ServiceCIDRs, "service-cidr", "Service CIDRs (comma-separated); traffic to addresses in them that no Service owns is dropped")
+	fs.Var(&o.NodePortCIDRs, "nodeport-addresses", "node ports are served only on node addresses inside these CIDRs (comma-separated); empty: every node address except loopback")
+	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")
+	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
+	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
+	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: changes and problems; 2: every sync; 4: debugging)")
+	if !daemon {
+		return
+	}
+	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")
+	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", time.Second, "least time between two syncs; changes arriving faster are coalesced")
+	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
+	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics; empty disables it")
+	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz fails when a change has waited this long without being programmed")
+}
+
+// families parses --ip-families.
+func (o *Options) families() ([]nft.Family, error) {
+	var out []nft.Family
+	for _, f := range strings.Split(o.Families, ",") {
+		switch strings.ToLower(strings.TrimSpace(f)) {
+		case "ipv4":
+			out = append(out, nft.IPv4)
+		case "ipv6":
+			out = append(out, nft.IPv6)
+		case "":
+		default:
+			return nil, fmt.Errorf("--ip-families: %q is not ipv4 or ipv6", f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--ip-families: name at least one of ipv4, ipv6")
+	}
+	return out, nil
+}
+
+// builders validates the options and returns one builder per family.
+func (o *Options) builders() ([]*ruleset.Builder, error) {
+	fams, err := o.families()
+	if err != nil {
+		return nil, err
+	}
+	masq, err := ruleset.BitMask(o.MasqueradeBit)
+	if err != nil {
+		return nil, fmt.Errorf("--masquerade-bit: %w", err)
+	}
+	drop, err := ruleset.BitMask(o.DropBit)
+	if err != nil {
+		return nil, fmt.Errorf("--drop-bit: %w", err)
+	}
+	if masq == drop {
+		return nil, fmt.Errorf("--masquerade-bit and --drop-bit are both %d: choose two different bits", o.DropBit)
+	}
+	var out []*ruleset.Builder
+	for _, f := range fams {
+		b, err := ruleset.NewBuilder(ruleset.Config{Family: f, Table: o.Table, MasqueradeMark: masq, DropMark: drop,
+			MasqueradeAll: o.MasqueradeAll, ClusterCIDRs: o.ClusterCIDRs, ServiceCIDRs: o.ServiceCIDRs,
+			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (o *Options) runConfig() proxier.RunConfig {
+	return proxier.RunConfig{MinSyncPeriod: o.MinSyncPeriod, FullSyncPeriod: o.FullSyncPeriod}
+}

@@ -1,0 +1,246 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/health"
+	"github.com/nftproxy/nftproxy/proxy/manifest"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/proxier"
+)
+
+func runCmd(args []string, stdout, stderr io.Writer) error {
+	var o Options
+	if err := parseFlags("run", &o, true, args, stderr); err != nil {
+		return err
+	}
+	if o.Manifests == "" {
+		return usageError{errors.New("--manifests is required: the directory of Service, EndpointSlice and Node manifests to serve")}
+	}
+	builders, err := o.builders()
+	if err != nil {
+		return usageError{err}
+	}
+	log := newLogger(o.Verbosity, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pm, err := metrics.NewProxy(reg, model.AllReasons())
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	tracker := newTracker(&o, log, pm)
+
+	kernel, err := nft.NewKernel()
+	if err != nil {
+		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
+	}
+	defer kernel.Close()
+	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+
+	if o.Once {
+		objs, ferrs := manifest.Load(o.Manifests)
+		reportFileErrors(log, ferrs)
+		manifest.NewFeeder(tracker).Feed(objs, ferrs)
+		warnNoNode(log, tracker, o.NodeName)
+		res, err := p.Sync(ctx, true)
+		if err != nil {
+			return err
+		}
+		log.Info("applied", "ops", res.Ops, "repairs", res.Repairs, "bytes", res.Stats.Bytes, "kernelTime", res.Stats.Duration)
+		return nil
+	}
+
+	runner := proxier.NewRunner(p, o.runConfig())
+	var loaded atomic.Bool
+	feeder := manifest.NewFeeder(tracker)
+	watchErr := make(chan error, 1)
+	go func() {
+		watchErr <- manifest.Watch(ctx, o.Manifests, log.WithName("manifests"), func(objs manifest.Objects, ferrs []manifest.FileError) {
+			reportFileErrors(log, ferrs)
+			feeder.Feed(objs, ferrs)
+			if !loaded.Swap(true) {
+				warnNoNode(log, tracker, o.NodeName)
+			}
+			runner.Notify()
+		})
+	}()
+
+	hs := &health.State{
+		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
+		FailingSince: func() time.Time { return runner.Status().FailingSince },
+		PendingSince: tracker.PendingSince,
+		Ready:        loaded.Load,
+		Timeout:      o.HealthzTimeout,
+		Now:          time.Now,
+	}
+	servers, err := serve(ctx, log, &o, hs, reg)
+	if err != nil {
+		return err
+	}
+	defer servers()
+
+	log.Info("nftproxy running", "version", Version, "manifests", o.Manifests, "node", o.NodeName, "families", o.Families)
+	done := make(chan struct{})
+	go func() { runner.Run(ctx); close(done) }()
+	select {
+	case <-ctx.Done():
+	case err := <-watchErr:
+		if err != nil && ctx.Err() == nil {
+			stop()
+			<-done
+			return fmt.Errorf("watch %s: %w", o.Manifests, err)
+		}
+	}
+	<-done
+	log.Info("nftproxy stopped; the rules stay in the kernel (nftproxy cleanup removes them)")
+	return nil
+}
+
+func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy) *model.Tracker {
+	return model.NewTracker(model.TrackerConfig{
+		NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log.WithName("model"),
+		OnRejection: func(key model.ServiceKey, r *model.Rejection) {
+			if r == nil {
+				log.Info("service accepted again", "service", key.String())
+				return
+			}
+			log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
+			if pm != nil {
+				pm.Rejected(r.Reason)
+			}
+		},
+	})
+}
+
+func reportFileErrors(log logr.Logger, ferrs []manifest.FileError) {
+	for _, e := range ferrs {
+		log.Error(e, "manifest skipped; the objects of other files are still served")
+	}
+}
+
+func warnNoNode(log logr.Logger, tr *model.Tracker, name string) {
+	if tr.Snapshot().Node == nil {
+		log.Info("no Node object for this node in the manifests: node ports are not served until one appears", "node", name)
+	}
+}
+
+// serve starts the health and metrics listeners; the returned function stops them.
+func serve(ctx context.Context, log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry) (func(), error) {
+	var srvs []*http.Server
+	start := func(addr string, h http.Handler, what string) error {
+		if addr == "" {
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen for %s on %s: %w (change the address flag, or set it empty to disable)", what, addr, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		srvs = append(srvs, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "server stopped", "what", what, "address", addr)
+			}
+		}()
+		return nil
+	}
+	stopAll := func() {
+		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, s := range srvs {
+			_ = s.Shutdown(c)
+		}
+	}
+	hmux := http.NewServeMux()
+	hs.Register(hmux)
+	mmux := http.NewServeMux()
+	mmux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if o.HealthzAddress != "" && o.HealthzAddress == o.MetricsAddress {
+		hmux.Handle("/metrics", mmux)
+		if err := start(o.HealthzAddress, hmux, "health and metrics"); err != nil {
+			return nil, err
+		}
+		return stopAll, nil
+	}
+	if err := start(o.HealthzAddress, hmux, "health"); err != nil {
+		return nil, err
+	}
+	if err := start(o.MetricsAddress, mmux, "metrics"); err != nil {
+		stopAll()
+		return nil, err
+	}
+
+	return stopAll, nil
+}
+
+func renderCmd(args []string, stdout, stderr io.Writer) error {
+	var o Options
+	if err := parseFlags("render", &o, false, args, stderr); err != nil {
+		return err
+	}
+	if o.Manifests == "" {
+		return usageError{errors.New("--manifests is required")}
+	}
+	builders, err := o.builders()
+	if err != nil {
+		return usageError{err}
+	}
+	log := newLogger(o.Verbosity, stderr)
+	type rej struct {
+		key model.ServiceKey
+		r   *model.Rejection
+	}
+	var rejected []rej
+	tracker := model.NewTracker(model.TrackerConfig{NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log,
+		OnRejection: func(k model.ServiceKey, r *model.Rejection) {
+			if r != nil {
+				rejected = append(rejected, rej{k, r})
+			}
+		}})
+	objs, ferrs := manifest.Load(o.Manifests)
+	manifest.NewFeeder(tracker).Feed(objs, ferrs)
+	snap := tracker.Snapshot()
+
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# nftproxy %s: the ruleset for %s (node %q)\n", Version, o.Manifests, o.NodeName)
+	for _, e := range ferrs {
+		fmt.Fprintf(&sb, "# skipped file: %s\n", oneLine(e.Error()))
+	}
+	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
+	for _, r := range rejected {
+		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", r.key, r.r.Reason, oneLine(r.r.Message))
+	}
+	if snap.Node == nil {
+		fmt.Fprintf(&sb, "# no Node object named %q: node ports are served on no address\n", o.NodeName)
+	}
+	for _, b := range builders {
+		rs := b.Ruleset(snap.Node, snap.Sorted())
+		sb.WriteString(nft.Render(nft.Canonical(rs)))
+	}
+	_, err = io.WriteString(stdout, sb.String())
+	return err
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }

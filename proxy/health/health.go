@@ -1,0 +1,72 @@
+// Package health serves /healthz and /livez with kube-proxy's semantics: /healthz fails while a
+// change waits too long to be programmed (or syncs keep failing, or none has succeeded yet);
+// /livez answers whether the sync loop itself is alive, ignoring node state.
+package health
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// State is what the handlers need to know, read at request time.
+type State struct {
+	// LastSuccess is the last successful sync (zero before the first).
+	LastSuccess func() time.Time
+	// FailingSince is when the current run of failed syncs began (zero if the last succeeded).
+	FailingSince func() time.Time
+	// PendingSince is when the oldest change not yet taken by the sync loop arrived (zero: none).
+	PendingSince func() time.Time
+	// Ready is false until the sources have delivered their initial state.
+	Ready func() bool
+	// Timeout is how long a change may wait, or failures last, before /healthz fails.
+	Timeout time.Duration
+	Now     func() time.Time
+}
+
+type report struct {
+	LastUpdated string `json:"lastUpdated"`
+	CurrentTime string `json:"currentTime"`
+	Healthy     bool   `json:"nodeHealthy"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// healthy decides /healthz; livez ignores source readiness (a node cut off from the API server
+// is not dead).
+func (s *State) healthy(livez bool) (bool, string) {
+	now := s.Now()
+	last := s.LastSuccess()
+	switch {
+	case !livez && s.Ready != nil && !s.Ready():
+		return false, "sources have not delivered their initial state"
+	case last.IsZero():
+		return false, "no sync has succeeded yet"
+	case !s.FailingSince().IsZero() && now.Sub(s.FailingSince()) > s.Timeout:
+		return false, "syncs have been failing since " + s.FailingSince().UTC().Format(time.RFC3339)
+	case !s.PendingSince().IsZero() && now.Sub(s.PendingSince()) > s.Timeout:
+		return false, "a change has waited since " + s.PendingSince().UTC().Format(time.RFC3339)
+	}
+	return true, ""
+}
+
+func (s *State) handler(livez bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ok, reason := s.healthy(livez)
+		rep := report{CurrentTime: s.Now().UTC().Format(time.RFC3339Nano), Healthy: ok, Reason: reason}
+		if t := s.LastSuccess(); !t.IsZero() {
+			rep.LastUpdated = t.UTC().Format(time.RFC3339Nano)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(rep)
+	}
+}
+
+// Register adds /healthz and /livez to mux.
+func (s *State) Register(mux *http.ServeMux) {
+	mux.HandleFunc("/healthz", s.handler(false))
+	mux.HandleFunc("/livez", s.handler(true))
+}

@@ -1,0 +1,51 @@
+package health
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestHealth(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return now.Add(d) } }
+	zero := func() time.Time { return time.Time{} }
+	cases := []struct {
+		name             string
+		last, fail, pend func() time.Time
+		ready            bool
+		healthz, livez   int
+	}{
+		{"healthy", at(-time.Second), zero, zero, true, 200, 200},
+		{"never synced", zero, zero, zero, true, 503, 503},
+		{"sources not ready", at(-time.Second), zero, zero, false, 503, 200},
+		{"change waiting too long", at(-2 * time.Minute), zero, at(-2 * time.Minute), true, 503, 503},
+		{"change waiting a little", at(-time.Second), zero, at(-time.Second), true, 200, 200},
+		{"failing too long", at(-5 * time.Minute), at(-2 * time.Minute), zero, true, 503, 503},
+		{"failing briefly", at(-5 * time.Second), at(-time.Second), zero, true, 200, 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &State{LastSuccess: c.last, FailingSince: c.fail, PendingSince: c.pend,
+				Ready: func() bool { return c.ready }, Timeout: time.Minute, Now: at(0)}
+			mux := http.NewServeMux()
+			s.Register(mux)
+			for path, want := range map[string]int{"/healthz": c.healthz, "/livez": c.livez} {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+				if rec.Code != want {
+					t.Errorf("%s = %d, want %d (body %s)", path, rec.Code, want, rec.Body)
+				}
+				var rep report
+				if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+					t.Errorf("%s body is not JSON: %v", path, err)
+				}
+				if rep.Healthy != (want == 200) {
+					t.Errorf("%s nodeHealthy=%v with status %d", path, rep.Healthy, want)
+				}
+			}
+		})
+	}
+}
