@@ -188,7 +188,8 @@ func wantCounts(rs *Ruleset) nftCounts {
 
 // TestRenderLoadsInNft feeds the text of every state the conformance cases reach (every object
 // kind and expression shape, both families) to `nft -f` in a private namespace, and checks that
-// nft accepts it and holds the same number of chains, rules, sets and elements.
+// nft accepts it and holds the same number of chains, rules, sets and elements, and that
+// reading the table back through netlink gives the same ruleset.
 func TestRenderLoadsInNft(t *testing.T) {
 	ns := netns.New(t, "nftrender")
 	seen := map[string]bool{}
@@ -220,6 +221,11 @@ func TestRenderLoadsInNft(t *testing.T) {
 	if len(states) < 20 {
 		t.Fatalf("collected %d distinct states from the conformance cases, want at least 20", len(states))
 	}
+	k, err := NewKernel(WithNetNS(ns.Fd()))
+	if err != nil {
+		t.Fatalf("NewKernel: %v", err)
+	}
+	t.Cleanup(func() { k.Close() })
 	for i, rs := range states {
 		t.Run(fmt.Sprintf("%d-%s", i, rs.Table.Family), func(t *testing.T) {
 			text := Render(rs)
@@ -233,6 +239,15 @@ func TestRenderLoadsInNft(t *testing.T) {
 			got, want := nftCount(t, out), wantCounts(rs)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("nft holds %+v, want %+v; text:\n%s", got, want, text)
+			}
+			// What nft wrote, read back through netlink, must be the same ruleset: proof that
+			// the text means what the model means.
+			back, err := k.Dump(ctx, rs.Table)
+			if err != nil {
+				t.Fatalf("Dump after nft -f: %v", err)
+			}
+			if d := Equal(rs, back); d != "" {
+				t.Errorf("nft -f of the text, read back with Dump, differs (- text, + read back):\n%s\ntext:\n%s", d, text)
 			}
 		})
 	}
