@@ -56,6 +56,7 @@ type trackedService struct {
 	obj      *corev1.Service // nil once deleted
 	base     *Service        // FromService result; nil when ignored
 	claims   []claim
+	created  time.Time
 	final    *Service // published model; nil when ignored
 	warnings []string
 }
@@ -250,16 +251,25 @@ func (t *Tracker) recompute(keys []ServiceKey) []rejectionEvent {
 			queue = append(queue, k)
 		}
 	}
+	// stable: Services whose port claims and age did not change (an endpoint change, the common
+	// case). They cannot change anyone's conflict outcome, so no neighbours are searched.
+	stable := map[ServiceKey]bool{}
 	for _, key := range keys {
-		visit(key)
 		ts := t.services[key]
 		if ts == nil {
+			visit(key)
 			continue
 		}
-		// Services that overlapped the old version may be freed by this change.
-		t.claims.overlapping(key, ts.claims, visit)
-		t.claims.remove(key, ts.claims)
+		oldClaims, oldCreated, hadBase := ts.claims, ts.created, ts.base != nil
 		t.reconvert(key, ts)
+		if hadBase && ts.base != nil && oldCreated.Equal(ts.created) && reflect.DeepEqual(oldClaims, ts.claims) {
+			stable[key] = true
+			continue
+		}
+		visit(key)
+		// Services that overlapped the old version may be freed by this change.
+		t.claims.overlapping(key, oldClaims, visit)
+		t.claims.remove(key, oldClaims)
 		t.claims.add(key, ts.claims)
 	}
 	for len(queue) > 0 {
@@ -269,12 +279,24 @@ func (t *Tracker) recompute(keys []ServiceKey) []rejectionEvent {
 			t.claims.overlapping(k, ts.claims, visit)
 		}
 	}
-	return t.publish(component)
+	finals := t.resolve(component)
+	for k := range stable {
+		if component[k] {
+			continue
+		}
+		ts := t.services[k]
+		if r := rejectionOf(ts.final); r != nil && r.Reason == ReasonServiceConflict && ts.base.Rejected == nil {
+			finals[k] = ts.final // still loses to the same older Service
+		} else {
+			finals[k] = ts.base
+		}
+	}
+	return t.publish(finals)
 }
 
 // reconvert runs FromService for one tracked Service and logs new warnings.
 func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
-	ts.base, ts.claims = nil, nil
+	ts.base, ts.claims, ts.created = nil, nil, time.Time{}
 	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
 		ts.warnings = nil
 		return
@@ -284,6 +306,7 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 		slices = append(slices, s)
 	}
 	conv := FromService(ts.obj, slices)
+	ts.created = ts.obj.CreationTimestamp.Time
 	ts.base = conv.Service
 	ts.claims = claimsOf(conv.Service)
 	if !reflect.DeepEqual(conv.Warnings, ts.warnings) && len(conv.Warnings) > 0 {
@@ -292,19 +315,29 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	ts.warnings = conv.Warnings
 }
 
-// publish resolves conflicts within component and records changed models and rejections.
-func (t *Tracker) publish(component map[ServiceKey]bool) []rejectionEvent {
+// resolve decides conflicts within a component; Services without a model map to nil.
+func (t *Tracker) resolve(component map[ServiceKey]bool) map[ServiceKey]*Service {
 	rs := make([]ranked, 0, len(component))
 	for k := range component {
 		ts := t.services[k]
 		if ts == nil || ts.base == nil {
 			continue
 		}
-		rs = append(rs, ranked{key: k, created: ts.obj.CreationTimestamp.Time, base: ts.base, claims: ts.claims})
+		rs = append(rs, ranked{key: k, created: ts.created, base: ts.base, claims: ts.claims})
 	}
 	finals := resolveConflicts(rs)
-	keys := make([]ServiceKey, 0, len(component))
 	for k := range component {
+		if _, ok := finals[k]; !ok {
+			finals[k] = nil
+		}
+	}
+	return finals
+}
+
+// publish records the new final models, marking changes and collecting rejection events.
+func (t *Tracker) publish(finals map[ServiceKey]*Service) []rejectionEvent {
+	keys := make([]ServiceKey, 0, len(finals))
+	for k := range finals {
 		keys = append(keys, k)
 	}
 	sortKeys(keys)

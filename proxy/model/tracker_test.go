@@ -189,9 +189,21 @@ func TestTrackerConflictEvents(t *testing.T) {
 	if ev := rec.take(); len(ev) != 0 {
 		t.Fatalf("events after resync = %v; want none", ev)
 	}
+	tr.TakeChanges()
+	tr.UpsertEndpointSlice(sliceFixture("b-1", "b", discoveryv1.AddressTypeIPv4,
+		[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
+	if ev, ch := rec.take(), tr.TakeChanges(); len(ev) != 0 || !ch.Empty() {
+		t.Fatalf("endpoint change of rejected b: events %v, changes %+v; want none", ev, ch)
+	}
+	if b := tr.Service(keyOf("b")); b.Rejected == nil || b.Rejected.Reason != ReasonServiceConflict {
+		t.Fatalf("b after endpoint change = %+v; want still %s", b, ReasonServiceConflict)
+	}
 	tr.DeleteService(keyOf("a"))
 	if ev, want := rec.take(), []string{"ns/b ok"}; !reflect.DeepEqual(ev, want) {
 		t.Fatalf("events after delete = %v; want %v", ev, want)
+	}
+	if eps := tr.Service(keyOf("b")).Ports[0].Endpoints; len(eps) != 1 {
+		t.Fatalf("b endpoints after a is gone = %+v; want the one from b-1", eps)
 	}
 }
 
