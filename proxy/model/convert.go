@@ -27,7 +27,6 @@ const (
 	IgnoredHeadless     Ignored = "headless"     // clusterIP: None; DNS only
 	IgnoredExternalName Ignored = "ExternalName" // a DNS CNAME, no proxying
 	IgnoredProxyName    Ignored = "proxy-name"   // service-proxy-name label not ours
-	IgnoredNotFound     Ignored = "not-found"    // no such Service (deleted)
 	IgnoredNil          Ignored = "nil-service"  // programming error guard
 )
 
