@@ -5,13 +5,17 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 
-.PHONY: all build test unit lint e2e bench bench-quick demo clean
+.PHONY: all build deps test unit lint e2e bench demo clean
 
 all: build
 
 ## build: the nftproxy binary (static, no cgo)
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nftproxy
+
+## deps: system packages the kernel/e2e tiers and the demo use (nftables, iproute2, conntrack)
+deps:
+	@test/deps.sh
 
 ## lint: gofmt and go vet
 lint:
@@ -23,11 +27,11 @@ unit:
 	NFTPROXY_UNIT_ONLY=1 $(GO) test -race -count=1 $(PKGS)
 
 ## test: every tier that runs on this machine (unit, kernel, data-plane e2e); needs root
-test: lint build
+test: deps lint build
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## e2e: only the packet-level end-to-end tier
-e2e: build
+e2e: deps build
 	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
 
 ## bench: benchmarks and the report
@@ -35,7 +39,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 5 -timeout 120m ./bench/... | tee bench/last-run.txt
 
 ## demo: the main job on the embedded default, in a lab of network namespaces (needs root)
-demo: build
+demo: deps build
 	$(GO) run ./test/demo -nftproxy $(BIN) -manifests deploy/examples
 
 clean:

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the system packages the kernel, e2e and demo tiers use (Debian/Ubuntu), when missing.
+# The nftproxy binary itself needs none of them.
+set -euo pipefail
+need=()
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
+command -v ss >/dev/null 2>&1 || need+=(iproute2)
+[ "${#need[@]}" -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "missing packages: ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}"
