@@ -14,7 +14,25 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/test/netns"
 )
+
+// kernels runs a test against the fake and, as root, against the real kernel in a fresh
+// namespace: every behaviour the fake stands for is proven once on the kernel too.
+func kernels(t *testing.T, test func(t *testing.T, open func() nft.Interface)) {
+	t.Run("fake", func(t *testing.T) { test(t, func() nft.Interface { return nft.NewFake() }) })
+	t.Run("kernel", func(t *testing.T) {
+		ns := netns.New(t, "nftp-rec")
+		test(t, func() nft.Interface {
+			k, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { k.Close() })
+			return k
+		})
+	})
+}
 
 // Address plan: as in proxy/ruleset's tests. Services get ClusterIPs from 198.19.0.0/16 and
 // fd00:19::/112, endpoints from 198.18.128.0/17 and fd00:128::/64.
@@ -122,94 +140,100 @@ func svc(i int, eps int) *model.Service {
 }
 
 func TestFirstSyncThenRestartSendsNothing(t *testing.T) {
-	fake := nft.NewFake()
-	h := newHarness(t, fake)
-	for i := 0; i < 50; i++ {
-		h.put(svc(i, 1+i%4))
-	}
-	res := h.commit(false)
-	if !res.Full || res.Ops == 0 {
-		t.Fatalf("first commit: full=%v ops=%d, want a full commit with ops", res.Full, res.Ops)
-	}
-	h.check()
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		fake := open()
+		h := newHarness(t, fake)
+		for i := 0; i < 50; i++ {
+			h.put(svc(i, 1+i%4))
+		}
+		res := h.commit(false)
+		if !res.Full || res.Ops == 0 {
+			t.Fatalf("first commit: full=%v ops=%d, want a full commit with ops", res.Full, res.Ops)
+		}
+		h.check()
 
-	// A restarted daemon on the same kernel: nothing differs, so nothing is sent (no blackout).
-	h2 := newHarness(t, fake)
-	for i := 0; i < 50; i++ {
-		h2.put(svc(i, 1+i%4))
-	}
-	if res := h2.commit(false); res.Ops != 0 || res.Repairs != 0 {
-		t.Fatalf("restart against an identical kernel sent %d ops (repairs %d), want 0", res.Ops, res.Repairs)
-	}
+		// A restarted daemon on the same kernel: nothing differs, so nothing is sent (no blackout).
+		h2 := newHarness(t, fake)
+		for i := 0; i < 50; i++ {
+			h2.put(svc(i, 1+i%4))
+		}
+		if res := h2.commit(false); res.Ops != 0 || res.Repairs != 0 {
+			t.Fatalf("restart against an identical kernel sent %d ops (repairs %d), want 0", res.Ops, res.Repairs)
+		}
+	})
 }
 
 func TestPartialSyncCostFollowsTheChange(t *testing.T) {
-	h := newHarness(t, nft.NewFake())
-	for i := 0; i < 300; i++ {
-		h.put(svc(i, 3))
-	}
-	h.commit(false)
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		h := newHarness(t, open())
+		for i := 0; i < 300; i++ {
+			h.put(svc(i, 3))
+		}
+		h.commit(false)
 
-	cases := []struct {
-		name   string
-		change func()
-		maxOps int
-	}{
-		{"one endpoint address changes", func() {
-			s := svc(7, 3)
-			s.Ports[0].Endpoints[0].Addr = netip.MustParseAddr("198.18.129.99")
-			h.put(s)
-		}, 12},
-		{"endpoint count 3 -> 4 (map and rule rewritten)", func() { h.put(svc(8, 4)) }, 24},
-		{"one new service", func() { h.put(svc(1000, 2)) }, 30},
-		{"service loses all endpoints", func() { h.put(svc(9, 0)) }, 30},
-		{"service removed", func() { h.remove(model.ServiceKey{Namespace: "default", Name: "svc-10"}) }, 30},
-		{"no change", func() {}, 0},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h.t = t
-			c.change()
-			res := h.commit(false)
-			if res.Full {
-				t.Errorf("commit was full, want partial")
-			}
-			if res.Ops > c.maxOps {
-				t.Errorf("sent %d ops for one change among 300 services, want at most %d", res.Ops, c.maxOps)
-			}
-			h.check()
-		})
-	}
+		cases := []struct {
+			name   string
+			change func()
+			maxOps int
+		}{
+			{"one endpoint address changes", func() {
+				s := svc(7, 3)
+				s.Ports[0].Endpoints[0].Addr = netip.MustParseAddr("198.18.129.99")
+				h.put(s)
+			}, 12},
+			{"endpoint count 3 -> 4 (map and rule rewritten)", func() { h.put(svc(8, 4)) }, 24},
+			{"one new service", func() { h.put(svc(1000, 2)) }, 30},
+			{"service loses all endpoints", func() { h.put(svc(9, 0)) }, 30},
+			{"service removed", func() { h.remove(model.ServiceKey{Namespace: "default", Name: "svc-10"}) }, 30},
+			{"no change", func() {}, 0},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				h.t = t
+				c.change()
+				res := h.commit(false)
+				if res.Full {
+					t.Errorf("commit was full, want partial")
+				}
+				if res.Ops > c.maxOps {
+					t.Errorf("sent %d ops for one change among 300 services, want at most %d", res.Ops, c.maxOps)
+				}
+				h.check()
+			})
+		}
+	})
 }
 
 func TestRemovedChainsAreDeletedLater(t *testing.T) {
-	fake := nft.NewFake()
-	h := newHarness(t, fake)
-	h.put(svc(1, 2), svc(2, 2))
-	h.commit(false)
-	h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
-	h.commit(false)
-	chain := ruleset.ServiceChain(svc(1, 2).Ports[0].Name)
-	if !hasChain(t, fake, chain) {
-		t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
-	}
-	if !h.rec.PendingCleanup() {
-		t.Fatal("PendingCleanup() = false with a flushed chain waiting")
-	}
-	if res := h.commit(false); res.Ops != 0 {
-		t.Errorf("commit before StaleChainDelay sent %d ops, want 0", res.Ops)
-	}
-	h.clk.advance(StaleChainDelay)
-	if res := h.commit(false); res.Ops == 0 {
-		t.Error("commit after StaleChainDelay deleted nothing")
-	}
-	if hasChain(t, fake, chain) {
-		t.Errorf("chain %s still present after StaleChainDelay", chain)
-	}
-	if h.rec.PendingCleanup() {
-		t.Error("PendingCleanup() still true")
-	}
-	h.check()
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		fake := open()
+		h := newHarness(t, fake)
+		h.put(svc(1, 2), svc(2, 2))
+		h.commit(false)
+		h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
+		h.commit(false)
+		chain := ruleset.ServiceChain(svc(1, 2).Ports[0].Name)
+		if !hasChain(t, fake, chain) {
+			t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
+		}
+		if !h.rec.PendingCleanup() {
+			t.Fatal("PendingCleanup() = false with a flushed chain waiting")
+		}
+		if res := h.commit(false); res.Ops != 0 {
+			t.Errorf("commit before StaleChainDelay sent %d ops, want 0", res.Ops)
+		}
+		h.clk.advance(StaleChainDelay)
+		if res := h.commit(false); res.Ops == 0 {
+			t.Error("commit after StaleChainDelay deleted nothing")
+		}
+		if hasChain(t, fake, chain) {
+			t.Errorf("chain %s still present after StaleChainDelay", chain)
+		}
+		if h.rec.PendingCleanup() {
+			t.Error("PendingCleanup() still true")
+		}
+		h.check()
+	})
 }
 
 func hasChain(t *testing.T, k nft.Interface, name string) bool {
@@ -226,40 +250,42 @@ func hasChain(t *testing.T, k nft.Interface, name string) bool {
 }
 
 func TestFullResyncRepairsDrift(t *testing.T) {
-	fake := nft.NewFake()
-	h := newHarness(t, fake)
-	for i := 0; i < 20; i++ {
-		h.put(svc(i, 2))
-	}
-	h.commit(false)
-	t4 := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
-	rs, err := fake.Dump(context.Background(), t4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An operator deletes a map element and a rule, and adds a stray rule.
-	tx := nft.NewTransaction(t4)
-	el := rs.Elements[ruleset.MapServiceIPs][0]
-	tx.Delete(&el)
-	tx.Add(&nft.Rule{Chain: ruleset.ChainServices, Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictAccept}}, Comment: "stray"})
-	if _, err := fake.Apply(context.Background(), tx); err != nil {
-		t.Fatal(err)
-	}
-	res := h.commit(true)
-	if res.Repairs < 2 {
-		t.Errorf("repairs = %d, want >= 2 (a deleted element, a changed chain)", res.Repairs)
-	}
-	h.check()
-	// Someone flushes the whole table.
-	tx = nft.NewTransaction(t4)
-	tx.Delete(&nft.TableObj{})
-	if _, err := fake.Apply(context.Background(), tx); err != nil {
-		t.Fatal(err)
-	}
-	if res := h.commit(true); res.Repairs == 0 {
-		t.Error("a deleted table was not counted as drift")
-	}
-	h.check()
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		fake := open()
+		h := newHarness(t, fake)
+		for i := 0; i < 20; i++ {
+			h.put(svc(i, 2))
+		}
+		h.commit(false)
+		t4 := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+		rs, err := fake.Dump(context.Background(), t4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An operator deletes a map element and a rule, and adds a stray rule.
+		tx := nft.NewTransaction(t4)
+		el := rs.Elements[ruleset.MapServiceIPs][0]
+		tx.Delete(&el)
+		tx.Add(&nft.Rule{Chain: ruleset.ChainServices, Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictAccept}}, Comment: "stray"})
+		if _, err := fake.Apply(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		res := h.commit(true)
+		if res.Repairs < 2 {
+			t.Errorf("repairs = %d, want >= 2 (a deleted element, a changed chain)", res.Repairs)
+		}
+		h.check()
+		// Someone flushes the whole table.
+		tx = nft.NewTransaction(t4)
+		tx.Delete(&nft.TableObj{})
+		if _, err := fake.Apply(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		if res := h.commit(true); res.Repairs == 0 {
+			t.Error("a deleted table was not counted as drift")
+		}
+		h.check()
+	})
 }
 
 // failing wraps a kernel and fails the next Apply calls with err.
@@ -278,25 +304,27 @@ func (f *failing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, er
 }
 
 func TestFailedCommitKeepsStateAndRetriesFull(t *testing.T) {
-	k := &failing{Interface: nft.NewFake()}
-	h := newHarness(t, k)
-	h.put(svc(1, 1))
-	h.commit(false)
-	before, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		k := &failing{Interface: open()}
+		h := newHarness(t, k)
+		h.put(svc(1, 1))
+		h.commit(false)
+		before, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
 
-	k.fails, k.err = 1, &nft.OpError{Index: 3, Op: "add rule", Err: syscall.ENOBUFS}
-	h.put(svc(2, 2))
-	_, err := h.rec.Commit(context.Background(), false)
-	if err == nil || !errors.Is(err, syscall.ENOBUFS) {
-		t.Fatalf("commit error = %v, want the kernel's ENOBUFS wrapped", err)
-	}
-	after, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
-	if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
-		t.Fatalf("a failed commit changed the kernel:\n%s", d)
-	}
-	res := h.commit(false)
-	if !res.Full {
-		t.Error("the commit after a failure was not a full one")
-	}
-	h.check()
+		k.fails, k.err = 1, &nft.OpError{Index: 3, Op: "add rule", Err: syscall.ENOBUFS}
+		h.put(svc(2, 2))
+		_, err := h.rec.Commit(context.Background(), false)
+		if err == nil || !errors.Is(err, syscall.ENOBUFS) {
+			t.Fatalf("commit error = %v, want the kernel's ENOBUFS wrapped", err)
+		}
+		after, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
+		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+			t.Fatalf("a failed commit changed the kernel:\n%s", d)
+		}
+		res := h.commit(false)
+		if !res.Full {
+			t.Error("the commit after a failure was not a full one")
+		}
+		h.check()
+	})
 }
