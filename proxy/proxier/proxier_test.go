@@ -228,3 +228,35 @@ func TestRunnerBacksOffAndRecovers(t *testing.T) {
 		t.Error("failures were not reported to the observer")
 	}
 }
+
+// Until the sources are ready nothing is synced: a first sync of an empty model would remove
+// what the kernel already serves.
+func TestRunnerWaitsForReadySources(t *testing.T) {
+	fake := &locked{k: nft.NewFake()}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	rec := &recorder{}
+	var mu sync.Mutex
+	ready := false
+	r := NewRunner(newProxier(t, fake, tr, rec), RunConfig{MinSyncPeriod: 5 * time.Millisecond,
+		Ready: func() bool { mu.Lock(); defer mu.Unlock(); return ready }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	r.Notify()
+	time.Sleep(100 * time.Millisecond)
+	if syncs, _, _, _ := rec.get(); syncs != 0 {
+		t.Fatalf("%d syncs before the sources were ready, want 0", syncs)
+	}
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
+	mu.Lock()
+	ready = true
+	mu.Unlock()
+	r.Notify()
+	<-r.Synced()
+	if syncs, _, full, _ := rec.get(); syncs != 1 || full != 1 {
+		t.Errorf("after ready: %d syncs (%d full), want exactly one full sync with the whole model", syncs, full)
+	}
+}

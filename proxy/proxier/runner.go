@@ -17,6 +17,10 @@ type RunConfig struct {
 	FullSyncPeriod time.Duration
 	// MaxBackoff caps the retry delay after failed syncs (default 30 s).
 	MaxBackoff time.Duration
+	// Ready, when set, holds every sync back until it returns true: the sources must have
+	// delivered their initial state, or the first sync would remove every Service the kernel
+	// already serves (a blackout on restart). Notify after it turns true.
+	Ready func() bool
 }
 
 func (c *RunConfig) defaults() {
@@ -94,6 +98,10 @@ func (r *Runner) Run(ctx context.Context) {
 		case <-r.poke:
 			pending = true
 		case <-timer.C:
+		}
+		if r.cfg.Ready != nil && !r.cfg.Ready() {
+			resetTimer(timer, time.Hour) // a Notify wakes us
+			continue
 		}
 		now := r.p.now()
 		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,9 +31,6 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	var o Options
 	if err := parseFlags("run", &o, true, args, stderr); err != nil {
 		return err
-	}
-	if o.Manifests == "" {
-		return usageError{errors.New("--manifests is required: the directory of Service, EndpointSlice and Node manifests to serve")}
 	}
 	builders, err := o.builders()
 	if err != nil {
@@ -60,6 +56,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
 
 	if o.Once {
+		if o.Manifests == "" {
+			return usageError{errors.New("--once needs --manifests: the directory of Service, EndpointSlice and Node manifests to apply")}
+		}
 		objs, ferrs := manifest.Load(o.Manifests)
 		reportFileErrors(log, ferrs)
 		manifest.NewFeeder(tracker).Feed(objs, ferrs)
@@ -72,26 +71,21 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	runner := proxier.NewRunner(p, o.runConfig())
-	var loaded atomic.Bool
-	feeder := manifest.NewFeeder(tracker)
+	src, err := newSource(&o, log)
+	if err != nil {
+		return usageError{err}
+	}
+	rc := o.runConfig()
+	rc.Ready = src.Ready
+	runner := proxier.NewRunner(p, rc)
 	watchErr := make(chan error, 1)
-	go func() {
-		watchErr <- manifest.Watch(ctx, o.Manifests, log.WithName("manifests"), func(objs manifest.Objects, ferrs []manifest.FileError) {
-			reportFileErrors(log, ferrs)
-			feeder.Feed(objs, ferrs)
-			if !loaded.Swap(true) {
-				warnNoNode(log, tracker, o.NodeName)
-			}
-			runner.Notify()
-		})
-	}()
+	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
 
 	hs := &health.State{
 		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
 		FailingSince: func() time.Time { return runner.Status().FailingSince },
 		PendingSince: tracker.PendingSince,
-		Ready:        loaded.Load,
+		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
 		Now:          time.Now,
 	}
@@ -110,7 +104,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		if err != nil && ctx.Err() == nil {
 			stop()
 			<-done
-			return fmt.Errorf("watch %s: %w", o.Manifests, err)
+			return fmt.Errorf("source %s: %w", src, err)
 		}
 	}
 	<-done
