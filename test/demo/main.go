@@ -66,9 +66,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	base, interrupt := context.WithCancelCause(context.Background())
+	defer interrupt(nil)
+	ctx, cancel := context.WithTimeoutCause(base, c.timeout, fmt.Errorf("the demo ran longer than -timeout %v", c.timeout))
 	defer cancel()
-	stopSignals := cancelOnSignal(cancel, stderr)
+	stopSignals := cancelOnSignal(interrupt, stderr)
 	defer stopSignals()
 
 	d := &demo{cfg: c, out: stdout, errOut: stderr, start: time.Now()}
@@ -109,7 +111,7 @@ func usablePath(p string, dir bool) (string, error) {
 // cancelOnSignal cancels the demo on the first SIGINT or SIGTERM; later signals only say that
 // teardown is under way, so a second Ctrl-C cannot leave namespaces behind. The returned
 // function stops listening.
-func cancelOnSignal(cancel context.CancelFunc, stderr io.Writer) func() {
+func cancelOnSignal(cancel context.CancelCauseFunc, stderr io.Writer) func() {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
@@ -120,7 +122,7 @@ func cancelOnSignal(cancel context.CancelFunc, stderr io.Writer) func() {
 			case s := <-sigs:
 				if first {
 					fmt.Fprintf(stderr, "\ndemo: %v: stopping and tearing the lab down\n", s)
-					cancel()
+					cancel(fmt.Errorf("%v received", s))
 					first = false
 				} else {
 					fmt.Fprintln(stderr, "demo: teardown under way (bounded, a few seconds)")
@@ -240,6 +242,6 @@ func (d *demo) teardown() bool {
 		fmt.Fprintf(d.out, "teardown: namespaces left behind: %s\n", strings.Join(left, " "))
 		return false
 	}
-	fmt.Fprintf(d.out, "teardown: daemon stopped, lab namespaces removed (ip netns list shows no %s-*); nothing was changed outside them\n", prefix)
+	fmt.Fprintf(d.out, "teardown: daemon stopped, lab namespaces removed (ip netns list shows no %s-*); the demo created nothing outside them\n", prefix)
 	return true
 }
