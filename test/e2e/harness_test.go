@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+const (
+	// scenarioTimeout bounds one scenario's probes and waits together, so a broken daemon
+	// fails a test instead of hanging the tier.
+	scenarioTimeout = 90 * time.Second
+	// programTimeout bounds the wait for the daemon to program a change (it syncs at most
+	// every 50 ms here).
+	programTimeout = 15 * time.Second
+	pollInterval   = 50 * time.Millisecond
+)
+
+// env is one scenario: a lab, a manifest directory and the daemon watching it in the node.
+type env struct {
+	t      *testing.T
+	lab    *lab.Lab
+	dir    string
+	ctx    context.Context
+	daemon *lab.Process
+}
+
+// newEnv builds a lab and writes the Node and the given Services into a fresh manifest
+// directory; the daemon is not started yet (see start). Everything is removed when t ends.
+func newEnv(t *testing.T, opts lab.Options, services ...service) *env {
+	t.Helper()
+	netns.Skip(t)
+	if daemonBinary == "" {
+		t.Fatal("daemon binary was not built")
+	}
+	e := &env{t: t, lab: lab.New(t, opts), dir: t.TempDir()}
+	// The kernel rate-limits the ICMP errors it sends to one host (1/s after a short burst),
+	// reject's included; scenarios send dozens of probes that must be refused from one client
+	// at once. Unlimited in the node only, so each refusal is seen.
+	if _, err := e.lab.Node.Run("sysctl", "-q", "-w", "net.ipv4.icmp_ratelimit=0", "net.ipv6.icmp.ratelimit=0"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	e.writeFile("node.yaml", nodeManifest())
+	for _, s := range services {
+		e.write(s)
+	}
+	return e
+}
+
+// daemonFlags are the flags of `run` and `render` for the lab: its pod and service CIDRs.
+func daemonFlags(dir string) []string {
+	return []string{"--manifests", dir, "--node-name", nodeName,
+		"--cluster-cidr", lab.PodCIDRv4 + "," + lab.PodCIDRv6,
+		"--service-cidr", lab.ServiceCIDRv4 + "," + lab.ServiceCIDRv6}
+}
+
+// start runs the daemon in the node and waits until every given Service is programmed.
+func (e *env) start(wait ...service) {
+	e.t.Helper()
+	argv := append([]string{daemonBinary, "run"}, daemonFlags(e.dir)...)
+	argv = append(argv, "--min-sync-period", "50ms", "--healthz-bind-address", "", "--metrics-bind-address", "")
+	p, err := e.lab.StartInNode(e.ctx, argv...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.daemon = p
+	for _, s := range wait {
+		e.waitProgrammed(s)
+	}
+}
+
+// stop stops the daemon; a non-zero exit after SIGTERM fails the test.
+func (e *env) stop() {
+	e.t.Helper()
+	if e.daemon == nil {
+		return
+	}
+	if err := e.daemon.Stop(); err != nil {
+		e.t.Errorf("daemon exit after SIGTERM: %v", err)
+	}
+	e.daemon = nil
+}
+
+// write (re)writes a Service's manifest file atomically: a rename, so the daemon never reads
+// half a file.
+func (e *env) write(s service) { e.writeFile(s.ns()+"-"+s.name+".yaml", s.manifests()) }
+
+func (e *env) writeFile(name, content string) {
+	e.t.Helper()
+	tmp := filepath.Join(e.dir, ".tmp-"+name)
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.dir, name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// ruleset is `nft list ruleset` in the node.
+func (e *env) ruleset() string {
+	e.t.Helper()
+	out, err := e.lab.Ruleset()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// waitFor polls the node's ruleset until cond holds, failing the test (with the ruleset and
+// the daemon's output) after programTimeout or if the daemon exits.
+func (e *env) waitFor(what string, cond func(ruleset string) bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(programTimeout)
+	for {
+		rs := e.ruleset()
+		if cond(rs) {
+			return
+		}
+		if e.daemon != nil {
+			select {
+			case <-e.daemon.Done():
+				e.t.Fatalf("waiting for %s: the daemon exited (%v); ruleset:\n%s", what, e.daemon.Err(), rs)
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("waiting for %s: not programmed after %v; ruleset:\n%s", what, programTimeout, rs)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// waitProgrammed waits until the daemon's ruleset names s (its map elements carry comments
+// "namespace/name/proto/port").
+func (e *env) waitProgrammed(s service) {
+	e.t.Helper()
+	e.waitFor("Service "+s.key(), func(rs string) bool { return strings.Contains(rs, `"`+s.key()) })
+}
+
+// hostPort is "ip:port" or "[ip6]:port".
+func hostPort(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// expect is what one probe must produce. For Replied: the backend (one of pods), the port it
+// saw the packet arrive on, and the source it saw (one of from).
+type expect struct {
+	outcome lab.Outcome
+	pods    []string
+	port    uint16
+	from    []netip.Addr
+}
+
+// check compares a probe's result with want and reports both on mismatch.
+func (w expect) check(t *testing.T, what string, r lab.Result) {
+	t.Helper()
+	if r.Outcome != w.outcome {
+		t.Errorf("%s: got %v, want %v", what, r, w)
+		return
+	}
+	if r.Outcome != lab.Replied {
+		return
+	}
+	if !slices.Contains(w.pods, r.Reply.Pod) || r.Reply.Port != w.port || !slices.Contains(w.from, r.Reply.From.Addr()) {
+		t.Errorf("%s: got reply %v, want %v", what, r.Reply, w)
+	}
+}
+
+func (w expect) String() string {
+	if w.outcome != lab.Replied {
+		return w.outcome.String()
+	}
+	return fmt.Sprintf("a reply from one of %v on port %d seeing one of %v", w.pods, w.port, w.from)
+}
+
+// replied is the expectation of a reply from one of pods on port, seeing one of from.
+func replied(pods []string, port uint16, from ...netip.Addr) expect {
+	return expect{outcome: lab.Replied, pods: pods, port: port, from: from}
+}
+
+// podNames are "pod-n" for each n.
+func podNames(ns ...int) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = fmt.Sprintf("pod-%d", n)
+	}
+	return out
+}
