@@ -89,21 +89,14 @@ func (ns *NS) Command(argv ...string) *exec.Cmd {
 
 // Run runs argv inside the namespace and returns its standard output. The error carries
 // standard error.
-func (ns *NS) Run(argv ...string) (string, error) {
-	cmd := ns.Command(argv...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("netns %s: %s: %v: %s", ns.Name, strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return string(out), nil
-}
+func (ns *NS) Run(argv ...string) (string, error) { return ns.RunStdin("", argv...) }
 
 // RunStdin is Run with stdin fed from in (e.g. `nft -f -`).
 func (ns *NS) RunStdin(in string, argv ...string) (string, error) {
 	cmd := ns.Command(argv...)
-	cmd.Stdin = strings.NewReader(in)
+	if in != "" {
+		cmd.Stdin = strings.NewReader(in)
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
