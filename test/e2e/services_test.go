@@ -116,7 +116,11 @@ type probe struct {
 	want    expect
 }
 
+// TestServices probes every Service shape of staticServices from an outside client, a pod and
+// the node: which backend answers, on which port, seeing which source; and what must stay
+// closed (refused or dropped).
 func TestServices(t *testing.T) {
+	t.Parallel()
 	anyPorts := randomPorts(3)
 	t.Logf("all-ports probe ports: %v", anyPorts)
 	e := newEnv(t, lab.Options{Pods: 4, Ports: staticPodPorts(anyPorts)}, staticServices()...)

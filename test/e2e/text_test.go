@@ -1,6 +1,9 @@
 package e2e
 
-import "strings"
+import (
+	"sort"
+	"strings"
+)
 
 // containsKey reports whether the ruleset names the Service in a comment.
 func containsKey(ruleset string, s service) bool { return strings.Contains(ruleset, `"`+s.key()) }
@@ -13,4 +16,108 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// lineDiff shows the lines only one of a and b has (in order, with a few of context lost), a
+// short failure message for two long listings.
+func lineDiff(a, b, nameA, nameB string) string {
+	as, bs := strings.Split(a, "\n"), strings.Split(b, "\n")
+	count := func(lines []string) map[string]int {
+		m := map[string]int{}
+		for _, l := range lines {
+			m[l]++
+		}
+		return m
+	}
+	ca, cb := count(as), count(bs)
+	var out strings.Builder
+	for _, l := range as {
+		if cb[l] > 0 {
+			cb[l]--
+			continue
+		}
+		out.WriteString("- " + nameA + ": " + l + "\n")
+	}
+	for _, l := range bs {
+		if ca[l] > 0 {
+			ca[l]--
+			continue
+		}
+		out.WriteString("+ " + nameB + ": " + l + "\n")
+	}
+	if out.Len() == 0 {
+		return "same lines in a different order:\n--- " + nameA + "\n" + a + "\n--- " + nameB + "\n" + b
+	}
+	return out.String()
+}
+
+// objectsOf is the text of the chains, maps and sets named after the Service (its svc-, ext-
+// and ep- objects) in a `nft list ruleset` listing.
+func objectsOf(ruleset string, s service) string {
+	var out strings.Builder
+	in := false
+	for _, line := range strings.Split(ruleset, "\n") {
+		if !in && strings.HasSuffix(line, "{") && strings.Contains(line, "-"+s.key()) &&
+			(strings.HasPrefix(line, "\tchain ") || strings.HasPrefix(line, "\tmap ") || strings.HasPrefix(line, "\tset ")) {
+			in = true
+		}
+		if in {
+			out.WriteString(line + "\n")
+			if line == "\t}" {
+				in = false
+			}
+		}
+	}
+	return out.String()
+}
+
+// canonicalListing sorts the elements of every set and map of a `nft list ruleset` listing.
+// The kernel lists interval (pipapo) elements in the order they were added, so two identical
+// sets filled in different orders list differently; everything else must match as listed.
+func canonicalListing(ruleset string) string {
+	var out strings.Builder
+	lines := strings.Split(ruleset, "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		head, rest, ok := strings.Cut(line, "elements = {")
+		if !ok {
+			out.WriteString(line + "\n")
+			continue
+		}
+		block := rest
+		for !strings.HasSuffix(strings.TrimSpace(block), "}") && i+1 < len(lines) {
+			i++
+			block += "\n" + lines[i]
+		}
+		block = strings.TrimSuffix(strings.TrimSpace(block), "}")
+		elems := splitElements(block)
+		sort.Strings(elems)
+		out.WriteString(head + "elements = { " + strings.Join(elems, ", ") + " }\n")
+	}
+	return out.String()
+}
+
+// splitElements splits an elements block on the commas that are not inside a quoted comment.
+func splitElements(block string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted := false
+	flush := func() {
+		if e := strings.Join(strings.Fields(cur.String()), " "); e != "" {
+			out = append(out, e)
+		}
+		cur.Reset()
+	}
+	for _, r := range block {
+		switch {
+		case r == '"':
+			quoted = !quoted
+		case r == ',' && !quoted:
+			flush()
+			continue
+		}
+		cur.WriteRune(r)
+	}
+	flush()
+	return out
 }
