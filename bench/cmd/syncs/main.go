@@ -1,0 +1,51 @@
+// Command syncs measures nftproxy's sync cost against the real kernel (full, restart, partial)
+// and the `nft -f` text path, and prints markdown tables (see bench/README.md). Needs root.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/nftproxy/nftproxy/bench/syncs"
+)
+
+func main() {
+	sizes := flag.String("sizes", "1000,10000", "numbers of Services, comma separated")
+	endpoints := flag.Int("endpoints", 10, "endpoints per Service port")
+	runs := flag.Int("runs", 5, "runs per size (fresh namespaces each)")
+	seed := flag.Int64("seed", 1, "workload seed")
+	quick := flag.Bool("quick", false, "CI mode: 1000 Services, 3 runs")
+	verbose := flag.Bool("v", false, "print every sample to stderr")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "syncs: needs root (creates network namespaces)")
+		os.Exit(2)
+	}
+	cfg := syncs.Config{Endpoints: *endpoints, Runs: *runs, Seed: *seed}
+	if *quick {
+		*sizes, cfg.Runs = "1000", 3
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "syncs: bad size %q\n", s)
+			os.Exit(2)
+		}
+		cfg.Sizes = append(cfg.Sizes, n)
+	}
+	cfg.Log = io.Discard
+	if *verbose {
+		cfg.Log = os.Stderr
+	}
+	res, err := syncs.Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "syncs:", err)
+		os.Exit(1)
+	}
+	syncs.Markdown(os.Stdout, cfg, res)
+}

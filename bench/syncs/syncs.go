@@ -1,0 +1,215 @@
+// Package syncs measures nftproxy's control plane against the real kernel: a full sync from an
+// empty namespace, a restart against a programmed kernel, partial syncs after endpoint changes
+// and after a new Service, each split into our own time and the kernel's; and, for comparison,
+// the same ruleset loaded as text with `nft -f`. See bench/README.md for the method and figures.
+package syncs
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/bench/workload"
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/proxier"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// Phase is one measured step.
+type Phase string
+
+// Phases, in the order a run takes them.
+const (
+	Full        Phase = "full sync from empty"
+	Restart     Phase = "restart (new proxier, programmed kernel)"
+	OneEndpoint Phase = "partial: 1 endpoint changed"
+	EndpointsX  Phase = "partial: 100 endpoints changed (100 Services)"
+	NewService  Phase = "partial: 1 new Service"
+	NftText     Phase = "nft -f of the same full ruleset"
+)
+
+// Phases lists the phases in table order.
+var Phases = []Phase{Full, Restart, OneEndpoint, EndpointsX, NewService, NftText}
+
+// Sample is one phase of one run.
+type Sample struct {
+	Total time.Duration // wall time of the sync (or of the nft process)
+	// Go is our own work: building fragments, diffing, planning (Total minus the rest).
+	Go time.Duration
+	// ReadBack is the time spent dumping the kernel's table (full syncs only).
+	ReadBack time.Duration
+	// Encode is the time Apply spent before the first byte reached the kernel.
+	Encode time.Duration
+	// Kernel is nft.Stats.Duration: from the first byte sent to the kernel's answer.
+	Kernel time.Duration
+	Ops    int
+	Bytes  int
+}
+
+// Config is one campaign.
+type Config struct {
+	Sizes     []int // Services
+	Endpoints int   // per Service port
+	Runs      int
+	Seed      int64
+	Log       io.Writer // one line per sample, when set
+}
+
+// Results holds, per size, every phase's samples.
+type Results map[int]map[Phase][]Sample
+
+// timed wraps the kernel to time the reconciler's reads and applies.
+type timed struct {
+	k          nft.Interface
+	dump, appl time.Duration
+	stats      nft.Stats
+}
+
+func (t *timed) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	start := time.Now()
+	st, err := t.k.Apply(ctx, tx)
+	t.appl += time.Since(start)
+	t.stats.Duration += st.Duration
+	t.stats.Bytes += st.Bytes
+	t.stats.Ops += st.Ops
+	return st, err
+}
+
+func (t *timed) Dump(ctx context.Context, tb nft.Table) (*nft.Ruleset, error) {
+	start := time.Now()
+	rs, err := t.k.Dump(ctx, tb)
+	t.dump += time.Since(start)
+	return rs, err
+}
+
+func (t *timed) ListTables(ctx context.Context, f nft.Family) ([]string, error) {
+	return t.k.ListTables(ctx, f)
+}
+
+func (t *timed) reset() { t.dump, t.appl, t.stats = 0, 0, nft.Stats{} }
+
+// sync runs one Sync and splits its time.
+func (t *timed) sync(ctx context.Context, p *proxier.Proxier) (Sample, error) {
+	t.reset()
+	start := time.Now()
+	_, err := p.Sync(ctx, false)
+	total := time.Since(start)
+	s := Sample{Total: total, ReadBack: t.dump, Encode: t.appl - t.stats.Duration, Kernel: t.stats.Duration,
+		Ops: t.stats.Ops, Bytes: t.stats.Bytes}
+	s.Go = total - t.dump - t.appl
+	return s, err
+}
+
+// NewBuilder is the builder the benchmarks use (IPv4, default marks).
+func NewBuilder() (*ruleset.Builder, error) {
+	return ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
+}
+
+// Run measures every size Runs times. Each run uses fresh namespaces and the same workload (same
+// seed); the changes of run r come from seed+r.
+func Run(ctx context.Context, cfg Config) (Results, error) {
+	out := Results{}
+	for _, size := range cfg.Sizes {
+		out[size] = map[Phase][]Sample{}
+		for r := 0; r < cfg.Runs; r++ {
+			samples, err := runOnce(ctx, cfg, size, cfg.Seed+int64(r))
+			if err != nil {
+				return out, fmt.Errorf("%d services, run %d: %w", size, r, err)
+			}
+			for _, ph := range Phases {
+				out[size][ph] = append(out[size][ph], samples[ph])
+				if cfg.Log != nil {
+					s := samples[ph]
+					fmt.Fprintf(cfg.Log, "size=%d run=%d phase=%q total=%v go=%v readback=%v encode=%v kernel=%v ops=%d bytes=%d\n",
+						size, r, ph, s.Total, s.Go, s.ReadBack, s.Encode, s.Kernel, s.Ops, s.Bytes)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func runOnce(ctx context.Context, cfg Config, size int, churnSeed int64) (map[Phase]Sample, error) {
+	spec := workload.DefaultSpec(size, cfg.Endpoints, cfg.Seed)
+	w := workload.Generate(spec)
+	b, err := NewBuilder()
+	if err != nil {
+		return nil, err
+	}
+	got := map[Phase]Sample{}
+
+	// nft -f first, in its own namespace, from the untouched workload.
+	if got[NftText], err = loadText(b, w); err != nil {
+		return nil, err
+	}
+
+	ns, err := netns.Create("nftp-sync")
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	src := workload.NewSource(w.Node, w.Services)
+	newProxier := func() (*proxier.Proxier, *timed, func(), error) {
+		k, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		tk := &timed{k: k}
+		return proxier.New(src, tk, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now), tk, func() { k.Close() }, nil
+	}
+	p1, t1, close1, err := newProxier()
+	if err != nil {
+		return nil, err
+	}
+	defer close1()
+	if got[Full], err = t1.sync(ctx, p1); err != nil {
+		return nil, fmt.Errorf("full sync: %w", err)
+	}
+	p2, t2, close2, err := newProxier()
+	if err != nil {
+		return nil, err
+	}
+	defer close2()
+	if got[Restart], err = t2.sync(ctx, p2); err != nil {
+		return nil, fmt.Errorf("restart sync: %w", err)
+	}
+	// Churn is drawn from its own seed so runs differ in which Services change.
+	w.Reseed(churnSeed)
+	steps := []struct {
+		ph     Phase
+		change func()
+	}{
+		{OneEndpoint, func() { src.Put(w.ChangeEndpoints(1)...) }},
+		{EndpointsX, func() { src.Put(w.ChangeEndpoints(100)...) }},
+		{NewService, func() { src.Put(w.AddService()) }},
+	}
+	for _, st := range steps {
+		st.change()
+		if got[st.ph], err = t2.sync(ctx, p2); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.ph, err)
+		}
+	}
+	return got, nil
+}
+
+// loadText renders the full ruleset and loads it with `nft -f` into a fresh namespace; Go is the
+// time to build and render the text, Total adds the nft process.
+func loadText(b *ruleset.Builder, w *workload.Workload) (Sample, error) {
+	ns, err := netns.Create("nftp-text")
+	if err != nil {
+		return Sample{}, err
+	}
+	defer ns.Close()
+	start := time.Now()
+	text := nft.Render(b.Ruleset(w.Node, w.Services))
+	render := time.Since(start)
+	if _, err := ns.RunStdin(text, "nft", "-f", "-"); err != nil {
+		return Sample{}, fmt.Errorf("nft -f: %w", err)
+	}
+	total := time.Since(start)
+	return Sample{Total: total, Go: render, Kernel: total - render, Bytes: len(text)}, nil
+}

@@ -1,0 +1,67 @@
+package syncs
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// TestQuick runs one small campaign against the kernel and checks what must hold whatever the
+// timings: the restart sends nothing, every partial sync sends something and far less than the
+// full sync.
+func TestQuick(t *testing.T) {
+	netns.Skip(t)
+	cfg := Config{Sizes: []int{200}, Endpoints: 10, Runs: 1, Seed: 1}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[200]
+	full := r[Full][0]
+	if full.Ops == 0 {
+		t.Fatal("full sync sent nothing")
+	}
+	if got := r[Restart][0].Ops; got != 0 {
+		t.Errorf("restart against the programmed kernel sent %d ops, want 0", got)
+	}
+	for _, ph := range []Phase{OneEndpoint, EndpointsX, NewService} {
+		if got := r[ph][0].Ops; got == 0 || got >= full.Ops {
+			t.Errorf("%s: %d ops, want more than 0 and fewer than the full sync's %d", ph, got, full.Ops)
+		}
+	}
+}
+
+// BenchmarkSync is the `make bench` entry point: one run of every phase per iteration, each
+// phase's total, Go and kernel times reported as metrics (benchstat gives medians over -count).
+func BenchmarkSync(b *testing.B) {
+	for _, size := range []int{1000, 10000} {
+		b.Run(sizeName(size), func(b *testing.B) {
+			netns.Skip(b)
+			for i := 0; i < b.N; i++ {
+				res, err := Run(context.Background(), Config{Sizes: []int{size}, Endpoints: 10, Runs: 1, Seed: 1 + int64(i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for ph, unit := range metricNames {
+					s := res[size][ph][0]
+					b.ReportMetric(float64(s.Total.Microseconds())/1e3, unit+"-total-ms")
+					b.ReportMetric(float64(s.Kernel.Microseconds())/1e3, unit+"-kernel-ms")
+					b.ReportMetric(float64(s.Go.Microseconds())/1e3, unit+"-go-ms")
+				}
+			}
+		})
+	}
+}
+
+var metricNames = map[Phase]string{
+	Full: "full", Restart: "restart", OneEndpoint: "ep1", EndpointsX: "ep100", NewService: "newsvc", NftText: "nft-f",
+}
+
+func sizeName(n int) string {
+	if n%1000 == 0 {
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}
