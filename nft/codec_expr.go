@@ -269,6 +269,12 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 			&expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: 1, SetName: e.Map, SetID: ref.id},
 			nat,
 		}, nil
+	case NumgenMatch:
+		// A zero modulus is sent as is: the kernel refuses it with ERANGE, as the fake does.
+		return []expr.Any{
+			&expr.Numgen{Register: 1, Modulus: e.Modulus, Type: unix.NFT_NG_RANDOM},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: codecU32Host(e.Value)},
+		}, nil
 	case Reject:
 		if e.TCPReset {
 			return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}, nil

@@ -231,6 +231,13 @@ func decodeShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr, int)
 	case *expr.Immediate:
 		return decodeDNAT(fam, raws)
 	case *expr.Numgen:
+		if c, ok := at(1).(*expr.Cmp); ok {
+			v, ok2 := decodeU32Host(c.Data)
+			if !ok2 || e.Register != 1 || e.Type != unix.NFT_NG_RANDOM || e.Offset != 0 || c.Register != 1 || c.Op != expr.CmpOpEq {
+				return nil, 0
+			}
+			return NumgenMatch{Modulus: e.Modulus, Value: v}, 2
+		}
 		l, ok1 := at(1).(*expr.Lookup)
 		nat, ok2 := at(2).(*expr.NAT)
 		if !ok1 || !ok2 || e.Register != 1 || e.Type != unix.NFT_NG_RANDOM || e.Offset != 0 ||

@@ -131,6 +131,15 @@ type DNATNumgen struct {
 // Reject answers the packet: a TCP reset (TCPReset) or an ICMP/ICMPv6 port unreachable.
 type Reject struct{ TCPReset bool }
 
+// NumgenMatch matches when a fresh random number modulo Modulus equals Value:
+// "numgen random mod 3 0". A chain of such rules, the i-th (from 0) matching with "mod N-i", picks
+// one of N statements uniformly where a map cannot be used (each choice must also update its own
+// set).
+type NumgenMatch struct {
+	Modulus uint32
+	Value   uint32
+}
+
 // SetUpdate adds (or refreshes) the concatenation of Fields in a dynamic set from the packet path:
 // "update @affinity { ip saddr }". Timeout 0 uses the set's default.
 type SetUpdate struct {
@@ -153,6 +162,7 @@ func (Masquerade) isExpr()  {}
 func (DNAT) isExpr()        {}
 func (DNATNumgen) isExpr()  {}
 func (Reject) isExpr()      {}
+func (NumgenMatch) isExpr() {}
 func (SetUpdate) isExpr()   {}
 func (Verdict) isExpr()     {}
 

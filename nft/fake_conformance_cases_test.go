@@ -70,6 +70,7 @@ func confCases() []confCase {
 	cases = append(cases, confElementCases()...)
 	cases = append(cases, confRuleCases()...)
 	cases = append(cases, confTxCases()...)
+	cases = append(cases, confAffinityCases()...)
 	return cases
 }
 

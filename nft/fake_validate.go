@@ -94,6 +94,10 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if !slices.Equal(s.Key, []Type{TypeInteger}) || !slices.Equal(s.Data, want) {
 				return bad(k, "map %s is %v : %v, dnat numgen needs [integer] : %v", s.Name, s.Key, s.Data, want)
 			}
+		case NumgenMatch:
+			if x.Modulus == 0 {
+				return fakeErr(i, op, syscall.ERANGE, "expression %d: numgen modulus must be at least 1", k)
+			}
 		case SetUpdate:
 			s, err := set(k, x.Set)
 			if err != nil {

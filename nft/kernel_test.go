@@ -137,6 +137,12 @@ func kernelShapes() []kernelShape {
 		{"reject-icmp", "filter-input", func(Family) []Expr { return []Expr{Reject{}} }},
 		{"reject-tcp", "filter-input", func(Family) []Expr { return []Expr{tcp, Reject{TCPReset: true}} }},
 		{"update-affinity", "svc-a", func(Family) []Expr { return []Expr{SetUpdate{Fields: []Field{FieldSaddr}, Set: "affinity"}} }},
+		{"numgen-match-affinity", "svc-a", func(f Family) []Expr {
+			return []Expr{NumgenMatch{Modulus: 3, Value: 1}, SetUpdate{Fields: []Field{FieldSaddr}, Set: "affinity"}, tcp, DNAT{Addr: ip(f, "198.19.0.5", "fd00::5"), Port: 8080}}
+		}},
+		{"sticky-affinity", "svc-a", func(f Family) []Expr {
+			return []Expr{CmpSet{Fields: []Field{FieldSaddr}, Set: "affinity"}, SetUpdate{Fields: []Field{FieldSaddr}, Set: "affinity"}, DNAT{Addr: ip(f, "198.19.0.5", "fd00::5")}}
+		}},
 		{"update-timeout", "svc-a", func(Family) []Expr {
 			return []Expr{SetUpdate{Fields: []Field{FieldSaddr, FieldSport}, Set: "aff-port", Timeout: time.Hour}}
 		}},

@@ -54,6 +54,11 @@ func renderExpr(f Family, e Expr) string {
 			to = "dnat " + f.String() + " to"
 		}
 		return fmt.Sprintf("%s numgen random mod %d map @%s", to, x.Modulus, renderName(x.Map))
+	case NumgenMatch:
+		if x.Modulus == 0 {
+			return renderLoud("bad-numgen", "numgen modulus 0")
+		}
+		return fmt.Sprintf("numgen random mod %d %d", x.Modulus, x.Value)
 	case Reject:
 		if x.TCPReset {
 			return "reject with tcp reset"

@@ -50,6 +50,7 @@ func TestRenderExpr(t *testing.T) {
 		{IPv4, Reject{}, "reject"},
 		{IPv4, Reject{TCPReset: true}, "reject with tcp reset"},
 		{IPv4, SetUpdate{Fields: []Field{FieldSaddr}, Set: "aff"}, "update @aff { ip saddr }"},
+		{IPv4, NumgenMatch{Modulus: 3, Value: 2}, "numgen random mod 3 2"},
 		{IPv4, SetUpdate{Fields: []Field{FieldSaddr}, Set: "aff", Timeout: 90 * time.Minute}, "update @aff { ip saddr timeout 1h30m }"},
 		{IPv4, Verdict{Kind: VerdictGoto, Chain: "svc-abc/ns/web/tcp/http"}, "goto svc-abc/ns/web/tcp/http"},
 		{IPv4, Verdict{Kind: VerdictJump, Chain: "services"}, "jump services"},
