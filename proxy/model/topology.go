@@ -1,0 +1,128 @@
+package model
+
+import "slices"
+
+// LabelTopologyZone is the Node label that names the node's zone.
+const LabelTopologyZone = "topology.kubernetes.io/zone"
+
+// ExternallyAccessible reports whether the port takes traffic from outside the cluster: a node
+// port (never for all-ports Services, whose node ports are not programmed), a LoadBalancer IP or
+// an external IP.
+func (p *ServicePort) ExternallyAccessible() bool {
+	return (p.NodePort != 0 && !p.AllPorts) || len(p.LoadBalancerIPs) > 0 || len(p.ExternalIPs) > 0
+}
+
+// UsesClusterEndpoints reports whether some traffic to the port is spread over the whole
+// cluster: ClusterIP traffic under internalTrafficPolicy Cluster, and external traffic in any
+// case (with externalTrafficPolicy Local, traffic from pods and from the node itself still is).
+func (p *ServicePort) UsesClusterEndpoints() bool {
+	return !p.InternalTrafficLocal || p.ExternallyAccessible()
+}
+
+// UsesLocalEndpoints reports whether some traffic to the port goes only to this node's
+// endpoints.
+func (p *ServicePort) UsesLocalEndpoints() bool {
+	return p.InternalTrafficLocal || (p.ExternalTrafficLocal && p.ExternallyAccessible())
+}
+
+// EndpointCategories is what each traffic policy of a ServicePort may use on one node.
+type EndpointCategories struct {
+	// Cluster are the endpoints for Cluster traffic policy: the ready ones (narrowed to this
+	// zone by topology), else the serving terminating ones. Nil when the port never uses it.
+	Cluster []Endpoint
+	// Local are this node's endpoints for Local traffic policy: the ready ones, else the serving
+	// terminating ones. Nil when the port never uses it.
+	Local []Endpoint
+	// HasAny is true when some endpoint anywhere in the cluster can take traffic.
+	HasAny bool
+}
+
+// CategorizeEndpoints sorts eps (one family's endpoints of p) by the traffic policy that may use
+// them on node nodeName in zone, as kube-proxy does:
+//   - ready endpoints first; only when none is ready (for Cluster: anywhere; for Local: on this
+//     node), the serving terminating ones; terminating endpoints never get new connections
+//     otherwise;
+//   - topology: when every ready endpoint has zone hints and one of them is for this zone, Cluster
+//     keeps the endpoints hinted for this zone; otherwise (a hint missing, none for this zone, a
+//     node without a zone) all ready endpoints.
+//
+// trafficDistribution PreferClose stands in for the EndpointSlice controller that would have
+// written the hints: an endpoint without hints is taken as hinted for its own zone, so where
+// hints were not written (manifest mode), same-zone endpoints are still preferred.
+func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) EndpointCategories {
+	var c EndpointCategories
+	if len(eps) == 0 {
+		return c
+	}
+	servingTerminating := func(ep *Endpoint) bool { return ep.Serving && ep.Terminating }
+	if p.UsesClusterEndpoints() {
+		hinted := topologyHinted(p, eps, zone)
+		c.Cluster = filterEndpoints(eps, func(ep *Endpoint) bool {
+			return ep.Ready && (hinted == nil || hinted(ep))
+		})
+		if len(c.Cluster) == 0 {
+			c.Cluster = filterEndpoints(eps, servingTerminating)
+		}
+		c.HasAny = len(c.Cluster) > 0
+	}
+	if !p.UsesLocalEndpoints() {
+		return c
+	}
+	local := func(ep *Endpoint) bool { return nodeName != "" && ep.NodeName == nodeName }
+	var localReady, localTerminating bool
+	for i := range eps {
+		ep := &eps[i]
+		switch {
+		case ep.Ready:
+			c.HasAny = true
+			localReady = localReady || local(ep)
+		case servingTerminating(ep):
+			c.HasAny = true
+			localTerminating = localTerminating || local(ep)
+		}
+	}
+	switch {
+	case localReady:
+		c.Local = filterEndpoints(eps, func(ep *Endpoint) bool { return local(ep) && ep.Ready })
+	case localTerminating:
+		c.Local = filterEndpoints(eps, func(ep *Endpoint) bool { return local(ep) && servingTerminating(ep) })
+	}
+	return c
+}
+
+// topologyHinted returns the filter of same-zone endpoints when topology applies, else nil.
+func topologyHinted(p *ServicePort, eps []Endpoint, zone string) func(*Endpoint) bool {
+	hints := func(ep *Endpoint) []string {
+		if len(ep.ZoneHints) == 0 && p.PreferClose && ep.Zone != "" {
+			return []string{ep.Zone}
+		}
+		return ep.ZoneHints
+	}
+	anyReady, forZone := false, false
+	for i := range eps {
+		ep := &eps[i]
+		if !ep.Ready {
+			continue
+		}
+		anyReady = true
+		h := hints(ep)
+		if len(h) == 0 {
+			return nil // every ready endpoint needs hints
+		}
+		forZone = forZone || (zone != "" && slices.Contains(h, zone))
+	}
+	if !anyReady || !forZone {
+		return nil
+	}
+	return func(ep *Endpoint) bool { return slices.Contains(hints(ep), zone) }
+}
+
+func filterEndpoints(eps []Endpoint, keep func(*Endpoint) bool) []Endpoint {
+	out := make([]Endpoint, 0, len(eps))
+	for i := range eps {
+		if keep(&eps[i]) {
+			out = append(out, eps[i])
+		}
+	}
+	return out
+}
