@@ -146,6 +146,15 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 			p.addElems = append(p.addElems, d.elems[id].el)
 		}
 	}
+	// The kernel lists interval-set elements in the order they were added: add them in the
+	// renderer's canonical order, so a full sync lists exactly as `nftproxy render` loaded with
+	// nft -f does.
+	sort.SliceStable(p.addElems, func(i, j int) bool {
+		if p.addElems[i].Set != p.addElems[j].Set {
+			return p.addElems[i].Set < p.addElems[j].Set
+		}
+		return nft.CompareElements(p.addElems[i], p.addElems[j]) < 0
+	})
 	return p
 }
 
