@@ -231,8 +231,10 @@ func (l *Lab) createNamespaces(opts Options) error {
 	return err
 }
 
-// setSysctls writes the namespace-local sysctls: forwarding on the node, and no duplicate
-// address detection anywhere, so IPv6 addresses are usable the moment they are added.
+// setSysctls writes the namespace-local sysctls: forwarding on the node, no ICMP rate limit on
+// the node (a test sending many probes that are rejected must see every refusal, not one per
+// second), and no duplicate address detection anywhere, so IPv6 addresses are usable the moment
+// they are added.
 func (l *Lab) setSysctls() error {
 	noDAD := map[string]string{
 		"net/ipv6/conf/all/accept_dad":     "0",
@@ -242,6 +244,8 @@ func (l *Lab) setSysctls() error {
 		"net/ipv4/ip_forward":              "1",
 		"net/ipv6/conf/all/forwarding":     "1",
 		"net/ipv6/conf/default/forwarding": "1",
+		"net/ipv4/icmp_ratelimit":          "0",
+		"net/ipv6/icmp/ratelimit":          "0",
 	}
 	for k, v := range noDAD {
 		node[k] = v
