@@ -1,0 +1,437 @@
+package nodeport
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/proxy/annotation"
+)
+
+// HealthCheckPort is Problem.Port for the health-check node port.
+const HealthCheckPort = "healthCheckNodePort"
+
+// round is one assignment over everything loaded. It starts from empty allocators and claims in
+// phases, so the result depends only on the Services and what they held before, never on the
+// order of events:
+//
+//  0. Services kept from files that failed to load: everything they held.
+//  1. Live Services, oldest first: what they held and still want (an explicit port equal to the
+//     held one, or a port left unset that the API server would patch from the old object).
+//  2. Explicit requests not yet satisfied (nodePort, healthCheckNodePort, node-port-ranges
+//     entries), oldest first: the oldest requester wins a contested port.
+//  3. Dynamic allocation for what is still missing, oldest first.
+//
+// Holders come first, so a Service never loses a port because another file changed.
+type round struct {
+	cfg       Config
+	nodePorts *allocator.Allocator
+	blocks    *allocator.Allocator // nil: no block range
+	live      map[string]*plan
+	order     []*plan
+	kept      map[string]svcEntry
+	problems  []Problem
+	events    []event
+}
+
+// event is one new node-port request, for the metrics.
+type event struct {
+	scope allocator.Scope
+	ok    bool
+}
+
+// plan is one live Service's assignment in progress.
+type plan struct {
+	key, file string
+	svc       *corev1.Service
+	held      svcEntry
+	// ranges maps each ranged ServicePort name to its range (nil when the annotation does not
+	// parse: the model rejects the Service, and its ports are treated as single ports here).
+	ranges map[string]annotation.PortRange
+	// requests are the node-port-ranges entries; requestsUnusable when that annotation does not
+	// parse or names a port that is not a range of the same width: the model rejects the
+	// Service with its own reason, and the annotation is left as written.
+	requests         map[string]annotation.PortRange
+	requestsUnusable bool
+
+	nodePort []int        // result by spec index; 0 none
+	claimed  map[int]bool // node ports this Service holds in this round
+	hc       int
+	blocks   map[string]allocator.Range
+}
+
+func newRound(cfg Config) *round {
+	var opts []allocator.Option
+	if cfg.Rand != nil {
+		opts = append(opts, allocator.WithRand(cfg.Rand))
+	}
+	r := &round{cfg: cfg, live: map[string]*plan{}, kept: map[string]svcEntry{}}
+	// Both ranges were validated by New, so these cannot fail.
+	r.nodePorts, _ = allocator.New(cfg.NodePortRange, opts...)
+	if cfg.hasBlocks() {
+		r.blocks, _ = allocator.New(cfg.BlockRange, opts...)
+	}
+	return r
+}
+
+func (r *round) addLive(svc *corev1.Service, file, key string, held svcEntry) {
+	p := &plan{key: key, file: file, svc: svc, held: held, nodePort: make([]int, len(svc.Spec.Ports)),
+		claimed: map[int]bool{}, blocks: map[string]allocator.Range{}}
+	if rs, err := annotation.ParseRanges(svc.Annotations[annotation.PortRangesKey]); err == nil {
+		p.ranges = map[string]annotation.PortRange{}
+		for _, x := range rs {
+			p.ranges[x.Name] = x
+		}
+	}
+	p.requests = map[string]annotation.PortRange{}
+	if v, ok := svc.Annotations[annotation.NodePortRangesKey]; ok {
+		rs, err := annotation.ParseRanges(v)
+		p.requestsUnusable = err != nil
+		for _, x := range rs {
+			if own, ok := p.ranges[x.Name]; !ok || own.Width() != x.Width() {
+				p.requestsUnusable = true
+			}
+			p.requests[x.Name] = x
+		}
+	}
+	r.live[key] = p
+	r.order = append(r.order, p)
+}
+
+func (r *round) addKept(key string, e svcEntry) { r.kept[key] = e }
+
+func (r *round) problem(key, port string, err error) {
+	r.problems = append(r.problems, Problem{Service: key, Port: port, Err: err})
+}
+
+func (r *round) run() {
+	sort.SliceStable(r.order, func(i, j int) bool {
+		a, b := r.order[i].svc, r.order[j].svc
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return r.order[i].key < r.order[j].key
+	})
+	r.claimKept()
+	for _, p := range r.order {
+		if needsNodePorts(p.svc) {
+			r.reuse(p)
+		}
+	}
+	for _, p := range r.order {
+		if needsNodePorts(p.svc) {
+			r.static(p)
+		}
+	}
+	for _, p := range r.order {
+		if needsNodePorts(p.svc) {
+			r.dynamic(p)
+		}
+	}
+	for _, p := range r.order {
+		if needsNodePorts(p.svc) {
+			p.write()
+		}
+	}
+}
+
+// claimKept re-claims everything held by Services whose file failed to load; the feeder still
+// serves their last good version, which has exactly these ports.
+func (r *round) claimKept() {
+	keys := make([]string, 0, len(r.kept))
+	for k := range r.kept {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		e := r.kept[k]
+		var out svcEntry
+		out.File = e.File
+		seen := map[int]bool{}
+		for _, pe := range e.Ports {
+			if seen[pe.NodePort] || r.nodePorts.AllocatePort(pe.NodePort, k) == nil {
+				seen[pe.NodePort] = true
+				out.Ports = append(out.Ports, pe)
+			}
+		}
+		if e.HealthCheckNodePort != 0 && r.nodePorts.AllocatePort(e.HealthCheckNodePort, k) == nil {
+			out.HealthCheckNodePort = e.HealthCheckNodePort
+		}
+		for _, be := range e.Blocks {
+			if r.blocks != nil {
+				if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), k+"/"+be.Name); err == nil {
+					out.Blocks = append(out.Blocks, be)
+				}
+			}
+		}
+		r.kept[k] = out
+	}
+}
+
+// isRanged: the ServicePort is a port range (it gets a block, never a single node port).
+func (p *plan) isRanged(name string) bool {
+	_, ok := p.ranges[name]
+	return ok
+}
+
+// claimPort takes node port n for p once (two ServicePorts of one Service, TCP and UDP of the
+// same number, share a node port as the API server allows).
+func (r *round) claimPort(p *plan, n int) error {
+	if p.claimed[n] {
+		return nil
+	}
+	if err := r.nodePorts.AllocatePort(n, p.key); err != nil {
+		return err
+	}
+	p.claimed[n] = true
+	return nil
+}
+
+func (r *round) reuse(p *plan) {
+	for i := range p.svc.Spec.Ports {
+		sp := &p.svc.Spec.Ports[i]
+		h := p.held.port(sp.Name)
+		if p.isRanged(sp.Name) || h == 0 || (sp.NodePort != 0 && int(sp.NodePort) != h) {
+			continue
+		}
+		if err := r.claimPort(p, h); err != nil {
+			if sp.NodePort == 0 { // an explicit request is reported by the static phase
+				r.problem(p.key, sp.Name, fmt.Errorf("node port %d held before is lost (%w); a new one is assigned if allowed", h, err))
+			}
+			continue
+		}
+		p.nodePort[i] = h
+	}
+	if h, want := p.held.HealthCheckNodePort, int(p.svc.Spec.HealthCheckNodePort); needsHealthCheck(p.svc) && h != 0 && (want == 0 || want == h) {
+		if err := r.claimPort(p, h); err == nil {
+			p.hc = h
+		}
+	}
+	if r.blocks == nil || p.requestsUnusable {
+		return
+	}
+	for name, own := range p.ranges {
+		b, ok := p.held.block(name)
+		if !ok {
+			continue
+		}
+		if req, asked := p.requests[name]; asked && (int(req.Start) != b.First || int(req.End) != b.Last) {
+			continue
+		}
+		if b.First != int(own.Start) || b.Last != int(own.End) {
+			continue // the range moved: its identity block moves with it
+		}
+		if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), p.key+"/"+name); err == nil {
+			p.blocks[name] = b
+		}
+	}
+}
+
+func (r *round) static(p *plan) {
+	for i := range p.svc.Spec.Ports {
+		sp := &p.svc.Spec.Ports[i]
+		if p.isRanged(sp.Name) || sp.NodePort == 0 || p.nodePort[i] != 0 {
+			continue
+		}
+		err := r.claimPort(p, int(sp.NodePort))
+		r.events = append(r.events, event{allocator.ScopeStatic, err == nil})
+		if err != nil {
+			r.problem(p.key, sp.Name, fmt.Errorf("nodePort %d not given, the port is served without it: %w", sp.NodePort, err))
+			continue
+		}
+		p.nodePort[i] = int(sp.NodePort)
+	}
+	if want := int(p.svc.Spec.HealthCheckNodePort); needsHealthCheck(p.svc) && want != 0 && p.hc == 0 {
+		err := r.claimPort(p, want)
+		r.events = append(r.events, event{allocator.ScopeStatic, err == nil})
+		if err != nil {
+			r.problem(p.key, HealthCheckPort, fmt.Errorf("healthCheckNodePort %d not given: %w", want, err))
+		} else {
+			p.hc = want
+		}
+	}
+	if p.requestsUnusable {
+		return
+	}
+	for _, name := range p.rangedNames() {
+		req, asked := p.requests[name]
+		if !asked {
+			continue
+		}
+		if _, done := p.blocks[name]; done {
+			continue
+		}
+		r.claimBlock(p, name, req)
+	}
+}
+
+// claimBlock claims the block req for ranged port name, refusing shifted blocks.
+func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
+	own := p.ranges[name]
+	b := allocator.Range{First: int(req.Start), Last: int(req.End)}
+	switch {
+	case req.Start != own.Start:
+		r.problem(p.key, name, fmt.Errorf("%w %s for port range %s refused: a block must be the port range itself "+
+			"(node port p reaches port p), because a shifted mapping (node port N+i to port p+i) cannot be programmed "+
+			"faithfully with nftables on this kernel (see the nodeport package README); write %s=%d-%d or remove the entry",
+			ErrShiftedBlock, b, own, name, own.Start, own.End))
+		return
+	case r.blocks == nil:
+		r.problem(p.key, name, fmt.Errorf("node-port block %s refused: %w; set the block range (outside the node-port range %s)",
+			b, ErrNoBlockRange, r.cfg.NodePortRange))
+		return
+	}
+	_, err := r.blocks.AllocateBlockAt(b.First, b.Size(), p.key+"/"+name)
+	if err != nil {
+		r.problem(p.key, name, blockError(b, err, r.cfg))
+		return
+	}
+	p.blocks[name] = b
+}
+
+// blockError explains a refused block: blocks are identity-mapped, so the fix is in the
+// Service's range or in the configured block range.
+func blockError(b allocator.Range, err error, cfg Config) error {
+	if errors.Is(err, allocator.ErrOutOfRange) {
+		return fmt.Errorf("node-port block %s is outside the block range %s: node-port blocks are the Service's own port range, "+
+			"which must lie inside the block range and never in the node-port range %s; move the port range or widen the block range: %w",
+			b, cfg.BlockRange, cfg.NodePortRange, err)
+	}
+	return fmt.Errorf("node-port block %s refused, the range is served without node ports: %w", b, err)
+}
+
+func (r *round) dynamic(p *plan) {
+	allocate := allocatesNodePorts(p.svc)
+	for i := range p.svc.Spec.Ports {
+		sp := &p.svc.Spec.Ports[i]
+		if p.isRanged(sp.Name) || sp.NodePort != 0 || p.nodePort[i] != 0 {
+			continue
+		}
+		if n := p.sharedNodePort(i); n != 0 {
+			p.nodePort[i] = n
+			continue
+		}
+		if !allocate {
+			continue
+		}
+		n, err := r.nodePorts.Allocate(p.key)
+		r.events = append(r.events, event{allocator.ScopeDynamic, err == nil})
+		if err != nil {
+			r.problem(p.key, sp.Name, fmt.Errorf("no node port assigned: %w", err))
+			continue
+		}
+		p.claimed[n] = true
+		p.nodePort[i] = n
+	}
+	if needsHealthCheck(p.svc) && p.hc == 0 && p.svc.Spec.HealthCheckNodePort == 0 {
+		n, err := r.nodePorts.Allocate(p.key)
+		r.events = append(r.events, event{allocator.ScopeDynamic, err == nil})
+		if err != nil {
+			r.problem(p.key, HealthCheckPort, fmt.Errorf("no health-check node port assigned: %w", err))
+		} else {
+			p.claimed[n] = true
+			p.hc = n
+		}
+	}
+	if p.requestsUnusable || !allocate {
+		return
+	}
+	for _, name := range p.rangedNames() {
+		if _, asked := p.requests[name]; asked {
+			continue
+		}
+		if _, done := p.blocks[name]; done {
+			continue
+		}
+		own := p.ranges[name]
+		r.claimBlock(p, name, own)
+	}
+}
+
+// sharedNodePort returns the node port already given to another ServicePort of the same port
+// number (the API server gives TCP and UDP of one port one node port), or 0.
+func (p *plan) sharedNodePort(i int) int {
+	for j := range p.svc.Spec.Ports {
+		if j != i && p.nodePort[j] != 0 && p.svc.Spec.Ports[j].Port == p.svc.Spec.Ports[i].Port && !p.isRanged(p.svc.Spec.Ports[j].Name) {
+			return p.nodePort[j]
+		}
+	}
+	return 0
+}
+
+// rangedNames lists the ranged ServicePorts in spec order, so results are deterministic.
+func (p *plan) rangedNames() []string {
+	var out []string
+	for _, sp := range p.svc.Spec.Ports {
+		if p.isRanged(sp.Name) {
+			out = append(out, sp.Name)
+		}
+	}
+	return out
+}
+
+// write records the result on the Service object the model will see.
+func (p *plan) write() {
+	for i := range p.svc.Spec.Ports {
+		if !p.isRanged(p.svc.Spec.Ports[i].Name) {
+			p.svc.Spec.Ports[i].NodePort = int32(p.nodePort[i])
+		}
+	}
+	if needsHealthCheck(p.svc) {
+		p.svc.Spec.HealthCheckNodePort = int32(p.hc)
+	}
+	if p.requestsUnusable {
+		return
+	}
+	var entries []string
+	for _, name := range p.rangedNames() {
+		if b, ok := p.blocks[name]; ok {
+			entries = append(entries, fmt.Sprintf("%s=%s", name, b))
+		}
+	}
+	switch {
+	case len(entries) > 0:
+		if p.svc.Annotations == nil {
+			p.svc.Annotations = map[string]string{}
+		}
+		p.svc.Annotations[annotation.NodePortRangesKey] = strings.Join(entries, ",")
+	case p.svc.Annotations != nil:
+		delete(p.svc.Annotations, annotation.NodePortRangesKey)
+	}
+}
+
+// result is the assignment to keep: every live Service's holdings, plus the kept ones.
+func (r *round) result() map[string]svcEntry {
+	out := map[string]svcEntry{}
+	for k, e := range r.kept {
+		if !e.empty() {
+			out[k] = e
+		}
+	}
+	for _, p := range r.order {
+		if !needsNodePorts(p.svc) {
+			continue
+		}
+		e := svcEntry{File: p.file, HealthCheckNodePort: p.hc}
+		named := map[string]bool{}
+		for i, sp := range p.svc.Spec.Ports {
+			if p.nodePort[i] != 0 && !named[sp.Name] {
+				named[sp.Name] = true
+				e.Ports = append(e.Ports, portEntry{Name: sp.Name, NodePort: p.nodePort[i]})
+			}
+		}
+		for _, name := range p.rangedNames() {
+			if b, ok := p.blocks[name]; ok {
+				e.Blocks = append(e.Blocks, blockEntry{Name: name, Block: b})
+			}
+		}
+		if !e.empty() {
+			out[p.key] = e
+		}
+	}
+	return out
+}
