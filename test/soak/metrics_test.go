@@ -1,0 +1,152 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// sample is one scrape of /metrics: every series ("name{labels}" as exposed) and its value.
+type sample map[string]float64
+
+// scrape fetches the daemon's /metrics from inside the node.
+func (e *env) scrape(d *daemon) (sample, error) {
+	body, err := httpGet(e.ctx, e.lab.Node, "http://"+d.metrics+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(body)
+}
+
+// parseMetrics reads the Prometheus text format: comments skipped, "series value" lines kept.
+func parseMetrics(body string) (sample, error) {
+	m := sample{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("metrics line %q: no value", l)
+		}
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", l, err)
+		}
+		m[l[:i]] = v
+	}
+	return m, sc.Err()
+}
+
+// value is a series' value, 0 when absent.
+func (m sample) value(series string) float64 { return m[series] }
+
+// sum adds every series of metric name (all label sets).
+func (m sample) sum(name string) float64 {
+	var s float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			s += v
+		}
+	}
+	return s
+}
+
+// delta is after minus before for one series.
+func delta(before, after sample, series string) float64 { return after[series] - before[series] }
+
+// quantile estimates quantile q of histogram name from the bucket increments between two
+// scrapes, interpolating linearly inside a bucket as Prometheus' histogram_quantile does. It
+// returns NaN when nothing was observed in between.
+func quantile(before, after sample, name string, q float64) float64 {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	prefix := name + `_bucket{le="`
+	for k, v := range after {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		leS := strings.TrimSuffix(strings.TrimPrefix(k, prefix), `"}`)
+		le, err := strconv.ParseFloat(leS, 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, bucket{le, v - before[k]})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return math.NaN()
+	}
+	rank := q * bs[len(bs)-1].n
+	lower, prevN := 0.0, 0.0
+	for _, b := range bs {
+		if b.n >= rank {
+			if math.IsInf(b.le, 1) {
+				return lower // above the last finite bucket: report its bound
+			}
+			if b.n == prevN {
+				return b.le
+			}
+			return lower + (b.le-lower)*(rank-prevN)/(b.n-prevN)
+		}
+		lower, prevN = b.le, b.n
+	}
+	return lower
+}
+
+// seconds formats a quantile in seconds as a duration ("n/a" for NaN).
+func seconds(s float64) string {
+	if math.IsNaN(s) {
+		return "n/a"
+	}
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Microsecond).String()
+}
+
+// httpGet fetches url from inside ns (the connection is dialled on a thread in ns).
+func httpGet(ctx context.Context, ns *netns.NS, url string) (string, error) {
+	tr := &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := ns.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}
