@@ -87,8 +87,8 @@ func Markdown(w io.Writer, cfg Config, res Results) {
 	sort.Ints(sizes)
 	for _, size := range sizes {
 		fmt.Fprintf(w, "\n**%d Services × %d endpoints** (median [min–max] of %d runs)\n\n", size, cfg.Endpoints, len(res[size][Full]))
-		fmt.Fprintf(w, "| phase | total | our Go (build+diff) | read-back | encode | kernel apply | ops | bytes sent |\n")
-		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| phase | total | our Go (build+diff) | read-back | encode | kernel apply | CPU user | CPU sys | ops | bytes sent |\n")
+		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, ph := range Phases {
 			ss := res[size][ph]
 			if len(ss) == 0 {
@@ -100,19 +100,25 @@ func Markdown(w io.Writer, cfg Config, res Results) {
 				ops[i], bytes[i] = time.Duration(s.Ops), time.Duration(s.Bytes)
 			}
 			if ph == NftText {
-				fmt.Fprintf(w, "| %s | %s | %s (build+render) | – | – | %s (nft process) | – | %s text |\n", ph,
+				fmt.Fprintf(w, "| %s | %s | %s (build+render) | – | – | %s (nft process) | %s (ours) + %s (nft) | %s (ours) + %s (nft) | – | %s text |\n", ph,
 					cell(ss, func(s Sample) time.Duration { return s.Total }),
 					cell(ss, func(s Sample) time.Duration { return s.Go }),
 					cell(ss, func(s Sample) time.Duration { return s.Kernel }),
+					cell(ss, func(s Sample) time.Duration { return s.User }),
+					cell(ss, func(s Sample) time.Duration { return s.ChildUser }),
+					cell(ss, func(s Sample) time.Duration { return s.Sys }),
+					cell(ss, func(s Sample) time.Duration { return s.ChildSys }),
 					fmtBytes(int(medianDur(bytes))))
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d | %s |\n", ph,
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", ph,
 				cell(ss, func(s Sample) time.Duration { return s.Total }),
 				cell(ss, func(s Sample) time.Duration { return s.Go }),
 				cell(ss, func(s Sample) time.Duration { return s.ReadBack }),
 				cell(ss, func(s Sample) time.Duration { return s.Encode }),
 				cell(ss, func(s Sample) time.Duration { return s.Kernel }),
+				cell(ss, func(s Sample) time.Duration { return s.User }),
+				cell(ss, func(s Sample) time.Duration { return s.Sys }),
 				int(medianDur(ops)), fmtBytes(int(medianDur(bytes))))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/bench/workload"
 	"github.com/nftproxy/nftproxy/nft"
@@ -46,8 +47,14 @@ type Sample struct {
 	Encode time.Duration
 	// Kernel is nft.Stats.Duration: from the first byte sent to the kernel's answer.
 	Kernel time.Duration
-	Ops    int
-	Bytes  int
+	// User and Sys are the process's CPU time during the sync (all threads, GC included). The
+	// kernel handles a netlink batch or dump inside our syscalls, so Sys is mostly the kernel's
+	// work for us; unlike the wall times they do not grow when other jobs share the CPUs.
+	User, Sys time.Duration
+	// ChildUser and ChildSys are the CPU time of the `nft -f` process (nft -f only).
+	ChildUser, ChildSys time.Duration
+	Ops                 int
+	Bytes               int
 }
 
 // Config is one campaign.
@@ -95,10 +102,12 @@ func (t *timed) reset() { t.dump, t.appl, t.stats = 0, 0, nft.Stats{} }
 // sync runs one Sync and splits its time.
 func (t *timed) sync(ctx context.Context, p *proxier.Proxier) (Sample, error) {
 	t.reset()
+	u0, s0 := cpuTimes()
 	start := time.Now()
 	_, err := p.Sync(ctx, false)
 	total := time.Since(start)
-	s := Sample{Total: total, ReadBack: t.dump, Encode: t.appl - t.stats.Duration, Kernel: t.stats.Duration,
+	u1, s1 := cpuTimes()
+	s := Sample{Total: total, User: u1 - u0, Sys: s1 - s0, ReadBack: t.dump, Encode: t.appl - t.stats.Duration, Kernel: t.stats.Duration,
 		Ops: t.stats.Ops, Bytes: t.stats.Bytes}
 	s.Go = total - t.dump - t.appl
 	return s, err
@@ -124,8 +133,8 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 				out[size][ph] = append(out[size][ph], samples[ph])
 				if cfg.Log != nil {
 					s := samples[ph]
-					fmt.Fprintf(cfg.Log, "size=%d run=%d phase=%q total=%v go=%v readback=%v encode=%v kernel=%v ops=%d bytes=%d\n",
-						size, r, ph, s.Total, s.Go, s.ReadBack, s.Encode, s.Kernel, s.Ops, s.Bytes)
+					fmt.Fprintf(cfg.Log, "size=%d run=%d phase=%q total=%v go=%v readback=%v encode=%v kernel=%v user=%v sys=%v ops=%d bytes=%d\n",
+						size, r, ph, s.Total, s.Go, s.ReadBack, s.Encode, s.Kernel, s.User, s.Sys, s.Ops, s.Bytes)
 				}
 			}
 		}
@@ -204,12 +213,35 @@ func loadText(b *ruleset.Builder, w *workload.Workload) (Sample, error) {
 		return Sample{}, err
 	}
 	defer ns.Close()
+	u0, s0 := cpuTimes()
 	start := time.Now()
 	text := nft.Render(b.Ruleset(w.Node, w.Services))
 	render := time.Since(start)
+	cu0, cs0 := childTimes()
 	if _, err := ns.RunStdin(text, "nft", "-f", "-"); err != nil {
 		return Sample{}, fmt.Errorf("nft -f: %w", err)
 	}
 	total := time.Since(start)
-	return Sample{Total: total, Go: render, Kernel: total - render, Bytes: len(text)}, nil
+	u1, s1 := cpuTimes()
+	cu1, cs1 := childTimes()
+	return Sample{Total: total, Go: render, Kernel: total - render, Bytes: len(text), User: u1 - u0, Sys: s1 - s0,
+		ChildUser: cu1 - cu0, ChildSys: cs1 - cs0}, nil
+}
+
+// childTimes is the user and system CPU time of the process's waited-for children so far.
+func childTimes() (user, sys time.Duration) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+}
+
+// cpuTimes is the process's user and system CPU time so far.
+func cpuTimes() (user, sys time.Duration) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "workload seed")
 	quick := flag.Bool("quick", false, "CI mode: 1000 Services, 3 runs")
 	verbose := flag.Bool("v", false, "print every sample to stderr")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole campaign to this file")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "syncs: needs root (creates network namespaces)")
@@ -42,9 +44,22 @@ func main() {
 	if *verbose {
 		cfg.Log = os.Stderr
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "syncs:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "syncs:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := syncs.Run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "syncs:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 	syncs.Markdown(os.Stdout, cfg, res)
