@@ -1,0 +1,193 @@
+package soak
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// otherTable is someone else's table in the node: nftproxy must never touch it. Its rule only
+// matches a source that never sends, so its content cannot change by itself.
+const otherTable = `table inet other {
+	set blocked {
+		type ipv4_addr
+		elements = { 198.18.99.1 }
+	}
+	chain input {
+		type filter hook input priority 0; policy accept;
+		ip saddr @blocked drop
+	}
+}
+`
+
+// driftServices: web keeps serving; victim's chain and lonely's map element are deleted.
+func driftServices() []service {
+	return []service{
+		{name: "web", clusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
+			ports:     []servicePort{{name: "http", proto: "TCP", port: 80}, {name: "dns", proto: "UDP", port: 80}},
+			endpoints: pods(1, 2)},
+		{name: "victim", clusterIPs: []netip.Addr{lab.ClusterIPv4(3)},
+			ports: []servicePort{{name: "http", proto: "TCP", port: 80}}, endpoints: pods(1, 2)},
+		{name: "lonely", clusterIPs: []netip.Addr{lab.ClusterIPv4(4)},
+			ports: []servicePort{{name: "http", proto: "TCP", port: 80}}, endpoints: pods(2)},
+	}
+}
+
+// drift is one thing an operator does to the node's nftables behind the daemon's back.
+type drift struct {
+	name string
+	// script builds the nft script from the current ip table listing.
+	script func(t *testing.T, ipTable string) string
+	// touchesOther is set when the drift removes the other table too (flush ruleset); it is
+	// restored afterwards, as its owner would.
+	touchesOther bool
+}
+
+var svcChain = regexp.MustCompile(`chain (svc-[A-Z0-9]+-default/victim/tcp/http) \{`)
+
+func drifts() []drift {
+	return []drift{
+		{name: "delete a Service chain (and the map element that jumps to it)", script: func(t *testing.T, ipTable string) string {
+			m := svcChain.FindStringSubmatch(ipTable)
+			if m == nil {
+				t.Fatalf("no svc- chain for default/victim in:\n%s", ipTable)
+			}
+			return fmt.Sprintf("delete element ip nftproxy service-ips { %s . tcp . 80 }\nflush chain ip nftproxy %s\ndelete chain ip nftproxy %s\n",
+				lab.ClusterIPv4(3), m[1], m[1])
+		}},
+		{name: "delete a map element", script: func(*testing.T, string) string {
+			return fmt.Sprintf("delete element ip nftproxy service-ips { %s . tcp . 80 }\n", lab.ClusterIPv4(4))
+		}},
+		{name: "add a stray rule to our chain", script: func(*testing.T, string) string {
+			return fmt.Sprintf("insert rule ip nftproxy services ip daddr %s tcp dport 80 drop comment \"stray\"\n", lab.ClusterIPv4(1))
+		}},
+		{name: "delete table ip6 nftproxy", script: func(*testing.T, string) string {
+			return "delete table ip6 nftproxy\n"
+		}},
+		{name: "nft flush ruleset", touchesOther: true, script: func(*testing.T, string) string {
+			return "flush ruleset\n"
+		}},
+	}
+}
+
+// TestDrift edits the daemon's tables behind its back while it serves, the way an operator
+// could, and measures how long the periodic full resync takes to put them back exactly and
+// what nftproxy_drift_repairs_total counted. Someone else's table stays byte for byte the same.
+func TestDrift(t *testing.T) {
+	const scenario = "2 drift"
+	e := newEnv(t, lab.Options{Pods: 2}, 3*time.Minute)
+	e.write(driftServices()...)
+	if err := e.lab.NftApply(otherTable); err != nil {
+		t.Fatal(err)
+	}
+	otherBefore := e.otherTable()
+	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress,
+		"--min-sync-period", "50ms", "--full-sync-period", run.fullSync.String())
+	e.waitSynced(d, 30*time.Second)
+	want := e.desiredState()
+	if _, diff := e.waitState(want, 15*time.Second); diff != "" {
+		t.Fatalf("before any drift: kernel state differs from the rendered manifests: %s", diff)
+	}
+	e.checkServing("before any drift")
+
+	// No drift, no repair: two full resyncs must count nothing.
+	m0, err := e.scrape(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2*run.fullSync + 500*time.Millisecond)
+	m1, err := e.scrape(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fulls := delta(m0, m1, `nftproxy_sync_duration_seconds_count{kind="full"}`)
+	idle := delta(m0, m1, "nftproxy_drift_repairs_total")
+	report.add(t, scenario, "full resyncs without drift", "%.0f in %v, %.0f repairs counted (--full-sync-period %v)",
+		fulls, 2*run.fullSync+500*time.Millisecond, idle, run.fullSync)
+	if idle != 0 {
+		t.Errorf("full resyncs with no drift counted %.0f repairs; want 0", idle)
+	}
+
+	limit := 5*run.fullSync + 10*time.Second
+	for _, dr := range drifts() {
+		ipTable, err := e.lab.Nft("list", "table", "ip", "nftproxy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := e.scrape(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.lab.NftApply(dr.script(t, ipTable)); err != nil {
+			t.Fatalf("%s: %v", dr.name, err)
+		}
+		if diff := e.nodeState().diff(want, 5); diff == "" {
+			t.Fatalf("%s: the kernel state did not change; the drift is not one", dr.name)
+		}
+		took, diff := e.waitState(want, limit)
+		if diff != "" {
+			t.Errorf("%s: not repaired after %v: %s", dr.name, limit, diff)
+			continue
+		}
+		var counted float64
+		_ = e.poll(5*time.Second, func() (bool, error) {
+			after, err := e.scrape(d)
+			if err != nil {
+				return false, err
+			}
+			counted = delta(before, after, "nftproxy_drift_repairs_total")
+			return counted > 0, nil
+		})
+		report.add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f", took.Round(time.Millisecond), counted)
+		if counted == 0 {
+			t.Errorf("%s: repaired, but nftproxy_drift_repairs_total did not count it", dr.name)
+		}
+		e.checkServing("after repairing: " + dr.name)
+		if dr.touchesOther {
+			// Its owner loads it again; later resyncs must leave it alone.
+			if err := e.lab.NftApply(otherTable); err != nil {
+				t.Fatal(err)
+			}
+			otherBefore = e.otherTable()
+			time.Sleep(2*run.fullSync + 500*time.Millisecond)
+		}
+		if got := e.otherTable(); got != otherBefore {
+			t.Errorf("%s: table inet other changed:\n%s\nwant:\n%s", dr.name, got, otherBefore)
+		}
+	}
+	if tables, _ := e.lab.Nft("list", "tables"); strings.Count(tables, "\n") != 3 {
+		t.Errorf("tables in the node: %s; want ip nftproxy, ip6 nftproxy and inet other only", tables)
+	}
+	report.add(t, scenario, "table inet other", "identical byte for byte after every drift and repair")
+	d.checkHealthy(t)
+}
+
+// otherTable is `nft list table inet other` in the node.
+func (e *env) otherTable() string {
+	e.t.Helper()
+	out, err := e.lab.Nft("list", "table", "inet", "other")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// checkServing probes every drift Service once per protocol from the client.
+func (e *env) checkServing(when string) {
+	e.t.Helper()
+	for _, s := range driftServices() {
+		for _, a := range s.clusterIPs {
+			for _, p := range s.ports {
+				tg := target{name: s.name, network: strings.ToLower(p.proto), addr: a, first: uint16(p.port)}
+				if why := probe(e.ctx, e.lab.Client(1).NS, tg); why != "" {
+					e.t.Errorf("%s: %s %s %s: %s", when, s.name, p.proto, a, why)
+				}
+			}
+		}
+	}
+}
