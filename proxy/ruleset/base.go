@@ -163,12 +163,24 @@ func (b *Builder) Base(node *model.Node) Fragment {
 // servicesRules is the dispatch chain: exact ports, then ranges, then all-ports, then node
 // ports; each a single map lookup whatever the number of Services.
 func (b *Builder) servicesRules() []nft.Rule {
-	rs := []nft.Rule{
+	var rs []nft.Rule
+	switch cidrs := b.cfg.prefixesOfFamily(b.cfg.ClusterCIDRs); {
+	case b.cfg.MasqueradeAll:
+		rs = append(rs, rule("masquerade all traffic to ClusterIPs", daddrIn(SetClusterIPs), nft.MarkOr{Bits: b.cfg.MasqueradeMark}))
+	case len(cidrs) > 0:
+		ex := []nft.Expr{daddrIn(SetClusterIPs)}
+		for _, p := range cidrs {
+			ex = append(ex, nft.CmpPrefix{Field: nft.FieldSaddr, Neg: true, Prefix: p})
+		}
+		ex = append(ex, nft.MarkOr{Bits: b.cfg.MasqueradeMark})
+		rs = append(rs, rule("masquerade traffic to ClusterIPs from outside the cluster", ex...))
+	}
+	rs = append(rs,
 		rule("Service ports", vmap(MapServiceIPs, addrProtoPort())),
 		rule("Service port ranges", vmap(MapServiceRanges, addrProtoPort())),
 		rule("all-ports Services", vmap(MapServiceAllPorts, addrProto())),
 		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
-	}
+	)
 	for _, p := range b.cfg.prefixesOfFamily(b.cfg.ServiceCIDRs) {
 		rs = append(rs, rule("drop traffic to unallocated Service addresses",
 			nft.CmpPrefix{Field: nft.FieldDaddr, Prefix: p},

@@ -6,6 +6,9 @@ package ruleset
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
@@ -85,3 +88,33 @@ func ExternalChain(p model.PortName) string { return portObjectName("ext", p) }
 
 // EndpointMap names the numgen map of a ServicePort's endpoints: "ep-HASH-ns/name/tcp/http".
 func EndpointMap(p model.PortName) string { return portObjectName("ep", p) }
+
+// LocalChain names the chain that picks one of this node's endpoints (traffic policy Local):
+// "local-HASH-ns/name/tcp/http".
+func LocalChain(p model.PortName) string { return portObjectName("local", p) }
+
+// LocalEndpointMap names the numgen map of the local chain: "lep-HASH-ns/name/tcp/http".
+func LocalEndpointMap(p model.PortName) string { return portObjectName("lep", p) }
+
+// FirewallChain names the chain that checks loadBalancerSourceRanges for traffic to the
+// LoadBalancer IPs: "fw-HASH-ns/name/tcp/http".
+func FirewallChain(p model.PortName) string { return portObjectName("fw", p) }
+
+// SourceRangesSet names the interval set of the sources a LoadBalancer IP accepts:
+// "src-HASH-ns/name/tcp/http".
+func SourceRangesSet(p model.PortName) string { return portObjectName("src", p) }
+
+// AffinitySet names the dynamic set of the clients stuck to one endpoint of a ServicePort with
+// ClientIP affinity: "aff-HASH-ns/name/tcp/http__198.18.128.10/8080" (an IPv6 address with dots
+// for colons, which nft names cannot hold). HASH covers the endpoint too, so a cut name stays
+// unique. The set is named by the endpoint, not its position: other endpoints coming and going
+// leave its clients where they are.
+func AffinitySet(p model.PortName, ep netip.AddrPort) string {
+	id := p.String() + "__" + strings.ReplaceAll(ep.Addr().String(), ":", ".") + "/" + strconv.Itoa(int(ep.Port()))
+	sum := sha256.Sum256([]byte(id))
+	n := "aff-" + base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + id
+	if len(n) > maxNameLen {
+		n = n[:maxNameLen]
+	}
+	return n
+}

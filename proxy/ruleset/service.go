@@ -1,9 +1,7 @@
 package ruleset
 
 import (
-	"fmt"
 	"net/netip"
-	"sort"
 
 	"golang.org/x/sys/unix"
 
@@ -23,15 +21,23 @@ func protoNumber(p model.Protocol) (uint8, bool) {
 	return 0, false
 }
 
-// Service returns the fragment of one Service in this builder's family: nothing for a rejected
-// Service or one without an address of this family.
-func (b *Builder) Service(svc *model.Service) Fragment {
+// Service returns the fragment of one Service for a node nothing is known about (no zone, no
+// addresses): ServiceOn(nil, svc).
+func (b *Builder) Service(svc *model.Service) Fragment { return b.ServiceOn(nil, svc) }
+
+// ServiceOn returns the fragment of one Service in this builder's family, on node: nothing for a
+// rejected Service or one without an address of this family. The node's zone selects
+// topology-aware endpoints and its addresses decide whether the node's own traffic to a
+// LoadBalancer IP passes loadBalancerSourceRanges, so a Service's fragment must be rebuilt when
+// the node's zone label or addresses change. Endpoints are local when their NodeName is
+// Config.NodeName.
+func (b *Builder) ServiceOn(node *model.Node, svc *model.Service) Fragment {
 	var f Fragment
 	if svc == nil || svc.Rejected != nil {
 		return f
 	}
 	for i := range svc.Ports {
-		b.servicePort(&f, &svc.Ports[i])
+		b.servicePort(&f, node, &svc.Ports[i])
 	}
 	return f
 }
@@ -49,68 +55,158 @@ func portKey(a netip.Addr, proto uint8, sp *model.ServicePort) (key, end []nft.V
 	return key, end
 }
 
-func (b *Builder) servicePort(f *Fragment, sp *model.ServicePort) {
+// portPlan is what one ServicePort needs in one family: its addresses, its endpoints by traffic
+// policy, and which chains exist.
+type portPlan struct {
+	sp                  *model.ServicePort // with this family's external addresses only
+	proto               uint8
+	name                string
+	keepPort            bool
+	cips, lbIPs, extIPs []netip.Addr
+	cat                 model.EndpointCategories
+	cluster, local      bool // the svc- and local- chains exist
+	ext, fw             bool // the ext- and fw- chains exist
+	srcRanges           []netip.Prefix
+}
+
+func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, bool) {
 	proto, ok := protoNumber(sp.Name.Protocol)
+	if !ok {
+		return nil, false
+	}
+	p := &portPlan{proto: proto, name: sp.Name.String(), keepPort: sp.AllPorts || sp.IsRange()}
+	p.cips = b.cfg.ofFamily(sp.ClusterIPs)
+	if len(p.cips) == 0 {
+		// Not a Service of this family: its node ports and external addresses belong to the
+		// family of its ClusterIP.
+		return nil, false
+	}
+	p.lbIPs = b.cfg.ofFamily(sp.LoadBalancerIPs)
+	if !sp.AllPorts {
+		// all-ports never applies to external IPs (validation rejects them; be safe anyway).
+		p.extIPs = b.cfg.ofFamily(sp.ExternalIPs)
+	}
+	fam := *sp
+	fam.LoadBalancerIPs, fam.ExternalIPs = p.lbIPs, p.extIPs
+	p.sp = &fam
+	p.cat = model.CategorizeEndpoints(p.sp, b.usable(sp), b.cfg.NodeName, node.Zone())
+	external := p.sp.ExternallyAccessible()
+	p.cluster = len(p.cat.Cluster) > 0 && (!sp.InternalTrafficLocal || external)
+	p.local = len(p.cat.Local) > 0
+	p.ext = p.cat.HasAny && external
+	if len(p.lbIPs) > 0 && p.cat.HasAny {
+		p.srcRanges = b.cfg.prefixesOfFamily(sp.LoadBalancerSourceRanges)
+		p.fw = len(p.srcRanges) > 0
+	}
+	return p, true
+}
+
+// hasInternal reports whether ClusterIP traffic has endpoints to go to.
+func (p *portPlan) hasInternal() bool {
+	if p.sp.InternalTrafficLocal {
+		return p.local
+	}
+	return p.cat.HasAny
+}
+
+func (p *portPlan) internalChain() string {
+	if p.sp.InternalTrafficLocal {
+		return LocalChain(p.sp.Name)
+	}
+	return ServiceChain(p.sp.Name)
+}
+
+func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePort) {
+	p, ok := b.planPort(node, sp)
 	if !ok {
 		return
 	}
-	cips := b.cfg.ofFamily(sp.ClusterIPs)
-	if len(cips) == 0 {
-		// Not a Service of this family: its node ports and external addresses belong to the
-		// family of its ClusterIP.
-		return
-	}
-	external := append(b.cfg.ofFamily(sp.LoadBalancerIPs), b.cfg.ofFamily(sp.ExternalIPs)...)
-	if sp.AllPorts {
-		// all-ports never applies to external IPs (validation rejects them; be safe anyway).
-		external = b.cfg.ofFamily(sp.LoadBalancerIPs)
-	}
-	name := sp.Name.String()
-	svcChain, extChain := ServiceChain(sp.Name), ExternalChain(sp.Name)
-	eps := b.endpoints(sp)
-	hasExternal := len(external) > 0 || b.nodePorts(sp)
-
-	for _, a := range cips {
+	for _, a := range p.cips {
 		f.Elements = append(f.Elements, nft.Element{Set: SetClusterIPs, Key: []nft.Value{nft.Addr(a)}})
 	}
+	b.dispatch(f, p)
+	if !p.cat.HasAny {
+		return
+	}
+	if p.cluster {
+		b.endpointChain(f, p, ServiceChain(sp.Name), EndpointMap(sp.Name), p.cat.Cluster)
+	}
+	if p.local {
+		b.endpointChain(f, p, LocalChain(sp.Name), LocalEndpointMap(sp.Name), p.cat.Local)
+	}
+	if p.ext {
+		f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
+	}
+	if p.fw {
+		b.firewall(f, node, p)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
+		for _, ep := range eps {
+			if !seen[ep.Addr] {
+				seen[ep.Addr] = true
+				f.Elements = append(f.Elements, nft.Element{Set: SetHairpin, Key: []nft.Value{nft.Addr(ep.Addr), nft.Addr(ep.Addr)}})
+			}
+		}
+	}
+}
 
-	dispatch, noEndpoints := MapServiceIPs, MapNoEndpointServices
+// dispatch adds the port's keys to the dispatch maps, or, without endpoints, to the
+// no-endpoint maps: reject when no endpoint exists anywhere, drop for ClusterIP traffic under
+// internalTrafficPolicy Local without a local endpoint.
+func (b *Builder) dispatch(f *Fragment, p *portPlan) {
+	sp := p.sp
+	dispatchMap, noEndpointMap := MapServiceIPs, MapNoEndpointServices
 	switch {
 	case sp.AllPorts:
-		dispatch, noEndpoints = MapServiceAllPorts, MapNoEndpointAllPorts
+		dispatchMap, noEndpointMap = MapServiceAllPorts, MapNoEndpointAllPorts
 	case sp.IsRange():
-		dispatch = MapServiceRanges
+		dispatchMap = MapServiceRanges
 	}
 	reject := &nft.Verdict{Kind: nft.VerdictGoto, Chain: ChainReject}
-	target := func(chain string) *nft.Verdict {
-		if len(eps) == 0 {
-			return reject
+	add := func(a netip.Addr, v *nft.Verdict, ok bool) {
+		key, end := portKey(a, p.proto, sp)
+		set := dispatchMap
+		if !ok {
+			set = noEndpointMap
+			if set == MapNoEndpointServices && end == nil {
+				end = key // the no-endpoint map is an interval map: a single port is a one-port interval
+			}
 		}
-		return &nft.Verdict{Kind: nft.VerdictGoto, Chain: chain}
+		f.Elements = append(f.Elements, nft.Element{Set: set, Key: key, KeyEnd: end, Verdict: v, Comment: p.name})
 	}
-	mapFor := func() string {
-		if len(eps) == 0 {
-			return noEndpoints
+	for _, a := range p.cips {
+		switch {
+		case p.hasInternal():
+			add(a, &nft.Verdict{Kind: nft.VerdictGoto, Chain: p.internalChain()}, true)
+		case p.cat.HasAny:
+			add(a, &nft.Verdict{Kind: nft.VerdictDrop}, false)
+		default:
+			add(a, reject, false)
 		}
-		return dispatch
 	}
-	addDispatch := func(a netip.Addr, chain string) {
-		key, end := portKey(a, proto, sp)
-		if mapFor() == MapNoEndpointServices && end == nil {
-			end = key // the no-endpoint map is an interval map: a single port is a one-port interval
+	ext := &nft.Verdict{Kind: nft.VerdictGoto, Chain: ExternalChain(sp.Name)}
+	for _, a := range p.lbIPs {
+		switch {
+		case p.fw:
+			add(a, &nft.Verdict{Kind: nft.VerdictGoto, Chain: FirewallChain(sp.Name)}, true)
+		case p.ext:
+			add(a, ext, true)
+		default:
+			add(a, reject, false)
 		}
-		f.Elements = append(f.Elements, nft.Element{Set: mapFor(), Key: key, KeyEnd: end, Verdict: target(chain), Comment: name})
 	}
-	for _, a := range cips {
-		addDispatch(a, svcChain)
-	}
-	for _, a := range external {
-		addDispatch(a, extChain)
+	for _, a := range p.extIPs {
+		if p.ext {
+			add(a, ext, true)
+		} else {
+			add(a, reject, false)
+		}
 	}
 	if b.nodePorts(sp) {
-		npMap := MapNodePorts
-		if len(eps) == 0 {
-			npMap = MapNoEndpointNodePorts
+		npMap, v := MapNodePorts, ext
+		if !p.ext {
+			npMap, v = MapNoEndpointNodePorts, reject
 		}
 		end := sp.NodePortEnd
 		if end < sp.NodePort {
@@ -118,25 +214,10 @@ func (b *Builder) servicePort(f *Fragment, sp *model.ServicePort) {
 		}
 		f.Elements = append(f.Elements, nft.Element{
 			Set:     npMap,
-			Key:     []nft.Value{nft.Proto(proto), nft.Port(sp.NodePort)},
-			KeyEnd:  []nft.Value{nft.Proto(proto), nft.Port(end)},
-			Verdict: target(extChain), Comment: name,
+			Key:     []nft.Value{nft.Proto(p.proto), nft.Port(sp.NodePort)},
+			KeyEnd:  []nft.Value{nft.Proto(p.proto), nft.Port(end)},
+			Verdict: v, Comment: p.name,
 		})
-	}
-	if len(eps) == 0 {
-		return
-	}
-
-	keepPort := sp.AllPorts || sp.IsRange()
-	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: svcChain}, Rules: withChain(svcChain, b.serviceRules(f, sp, proto, eps, keepPort))})
-	if hasExternal {
-		f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: extChain}, Rules: withChain(extChain, []nft.Rule{
-			rule(name+": masquerade traffic from outside the cluster", nft.MarkOr{Bits: b.cfg.MasqueradeMark}),
-			rule("", goTo(svcChain)),
-		})})
-	}
-	for _, ep := range eps {
-		f.Elements = append(f.Elements, nft.Element{Set: SetHairpin, Key: []nft.Value{nft.Addr(ep.Addr), nft.Addr(ep.Addr)}})
 	}
 }
 
@@ -146,85 +227,27 @@ func (b *Builder) nodePorts(sp *model.ServicePort) bool {
 	return sp.NodePort != 0 && !sp.AllPorts
 }
 
-// serviceRules marks for masquerade when needed, then DNATs: straight to the one endpoint, or
-// through the Service's numgen map.
-func (b *Builder) serviceRules(f *Fragment, sp *model.ServicePort, proto uint8, eps []model.Endpoint, keepPort bool) []nft.Rule {
-	name := sp.Name.String()
+// externalRules is the ext- chain: traffic that entered through a node port, a LoadBalancer IP
+// or an external IP. externalTrafficPolicy Cluster masquerades it and spreads it over the
+// cluster. Local keeps the client's address and sends it to this node's endpoints (none: the
+// drop bit), except for traffic from pods and from the node itself, which goes to the whole
+// cluster as if it had gone out to a load balancer and come back (KEP-3866 short-circuit).
+func (b *Builder) externalRules(p *portPlan) []nft.Rule {
+	svc, name := ServiceChain(p.sp.Name), p.name
+	if !p.sp.ExternalTrafficLocal {
+		return []nft.Rule{
+			rule(name+": masquerade traffic from outside the cluster", nft.MarkOr{Bits: b.cfg.MasqueradeMark}),
+			rule("", goTo(svc)),
+		}
+	}
 	var rs []nft.Rule
-	switch cidrs := b.cfg.prefixesOfFamily(b.cfg.ClusterCIDRs); {
-	case b.cfg.MasqueradeAll:
-		rs = append(rs, rule(name+": masquerade all", nft.MarkOr{Bits: b.cfg.MasqueradeMark}))
-	case len(cidrs) > 0:
-		var ex []nft.Expr
-		for _, p := range cidrs {
-			ex = append(ex, nft.CmpPrefix{Field: nft.FieldSaddr, Neg: true, Prefix: p})
-		}
-		ex = append(ex, nft.MarkOr{Bits: b.cfg.MasqueradeMark})
-		rs = append(rs, rule(name+": masquerade traffic from outside the cluster", ex...))
+	for _, c := range b.cfg.prefixesOfFamily(b.cfg.ClusterCIDRs) {
+		rs = append(rs, rule(name+": short-circuit pod traffic", nft.CmpPrefix{Field: nft.FieldSaddr, Prefix: c}, goTo(svc)))
 	}
-	if len(eps) == 1 {
-		port := eps[0].Port
-		if keepPort {
-			port = 0
-		}
-		return append(rs, rule(fmt.Sprintf("%s: 1 endpoint", name), protoCmp(proto), nft.DNAT{Addr: eps[0].Addr, Port: port}))
+	rs = append(rs, rule(name+": short-circuit the node's own traffic, masqueraded",
+		nft.FibAddrType{}, nft.MarkOr{Bits: b.cfg.MasqueradeMark}, goTo(svc)))
+	if p.local {
+		return append(rs, rule(name+": external traffic to this node's endpoints", goTo(LocalChain(p.sp.Name))))
 	}
-	epMap := EndpointMap(sp.Name)
-	set := nft.Set{Name: epMap, Key: []nft.Type{nft.TypeInteger}, Data: []nft.Type{b.cfg.Family.AddrType()},
-		NumgenKey: uint32(len(eps)), Comment: name + " endpoints"}
-	if !keepPort {
-		set.Data = append(set.Data, nft.TypeInetService)
-	}
-	f.Sets = append(f.Sets, set)
-	for i, ep := range eps {
-		data := []nft.Value{nft.Addr(ep.Addr)}
-		if !keepPort {
-			data = append(data, nft.Port(ep.Port))
-		}
-		f.Elements = append(f.Elements, nft.Element{Set: epMap, Key: []nft.Value{nft.Int(uint32(i))}, Data: data})
-	}
-	return append(rs, rule(fmt.Sprintf("%s: %d endpoints", name, len(eps)), protoCmp(proto),
-		nft.DNATNumgen{Modulus: uint32(len(eps)), Map: epMap, WithPort: !keepPort}))
-}
-
-// endpoints picks the endpoints of this family that get new connections: the ready ones, or,
-// when none is ready, the serving ones that are terminating (KEP-1669). A numeric port is
-// required unless the Service keeps the destination port. Sorted by address, deduplicated.
-func (b *Builder) endpoints(sp *model.ServicePort) []model.Endpoint {
-	keepPort := sp.AllPorts || sp.IsRange()
-	var ready, terminating []model.Endpoint
-	for _, ep := range sp.Endpoints {
-		a := ep.Addr.Unmap()
-		if !a.IsValid() || a.Is4() != (b.cfg.Family == nft.IPv4) {
-			continue
-		}
-		if !keepPort && ep.Port == 0 {
-			continue
-		}
-		ep.Addr = a
-		switch {
-		case ep.Ready:
-			ready = append(ready, ep)
-		case ep.Serving && ep.Terminating:
-			terminating = append(terminating, ep)
-		}
-	}
-	eps := ready
-	if len(eps) == 0 {
-		eps = terminating
-	}
-	sort.Slice(eps, func(i, j int) bool {
-		if eps[i].Addr != eps[j].Addr {
-			return eps[i].Addr.Less(eps[j].Addr)
-		}
-		return eps[i].Port < eps[j].Port
-	})
-	var out []model.Endpoint
-	for i, ep := range eps {
-		if i > 0 && ep.Addr == eps[i-1].Addr && ep.Port == eps[i-1].Port {
-			continue
-		}
-		out = append(out, ep)
-	}
-	return out
+	return append(rs, rule(name+": no endpoint on this node: drop external traffic", nft.MarkOr{Bits: b.cfg.DropMark}))
 }

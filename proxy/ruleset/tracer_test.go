@@ -38,10 +38,17 @@ type tracer struct {
 	rs        *nft.Ruleset
 	nodeAddrs []netip.Addr
 	rules     map[string][]nft.Rule
+	dynamic   map[string]bool            // sets the packet path fills
+	dyn       map[string]map[string]bool // their elements: set -> key text
 }
 
 func newTracer(t *testing.T, rs *nft.Ruleset, nodeAddrs ...string) *tracer {
-	tr := &tracer{t: t, rs: rs, rules: map[string][]nft.Rule{}}
+	tr := &tracer{t: t, rs: rs, rules: map[string][]nft.Rule{}, dynamic: map[string]bool{}, dyn: map[string]map[string]bool{}}
+	for _, s := range rs.Sets {
+		if s.Dynamic {
+			tr.dynamic[s.Name] = true
+		}
+	}
 	for _, a := range nodeAddrs {
 		tr.nodeAddrs = append(tr.nodeAddrs, netip.MustParseAddr(a))
 	}
@@ -57,11 +64,100 @@ type pktState struct {
 	dnat       []string
 	dnatted    bool
 	masquerade bool
+	// numgen choices: forced values for the first draws, and the modulus of every draw made.
+	forced, moduli []uint32
+	pick           func(mod uint32) uint32 // draws past forced; nil: 0
+	dyn            map[string]map[string]bool
 }
 
-// run follows the hooks in kernel order and returns the outcome.
+// run returns what can happen to p: it follows every outcome of the numgen matches on its way
+// (not touching the affinity sets), and merges the DNAT candidates. Every branch must agree on
+// the verdict and the masquerade.
 func (tr *tracer) run(p packet) outcome {
-	st := &pktState{p: p}
+	var merged *outcome
+	var forced []uint32
+	for n := 0; ; n++ {
+		if n > 10000 {
+			tr.t.Fatalf("trace %+v: more than 10000 numgen branches", p)
+		}
+		st := &pktState{forced: forced, dyn: tr.cloneDyn()}
+		o := tr.once(p, st)
+		if merged == nil {
+			merged = &o
+		} else {
+			if o.verdict != merged.verdict || o.masquerade != merged.masquerade {
+				tr.t.Fatalf("trace %+v: numgen branches disagree: %s and %s", p, o, merged)
+			}
+			merged.dnat = mergeSorted(merged.dnat, o.dnat)
+		}
+		// Next branch: an odometer over the draws, each digit below its modulus.
+		c := append([]uint32(nil), forced...)
+		for len(c) < len(st.moduli) {
+			c = append(c, 0)
+		}
+		j := len(c) - 1
+		for j >= 0 && c[j]+1 >= st.moduli[j] {
+			j--
+		}
+		if j < 0 {
+			return *merged
+		}
+		c[j]++
+		forced = c[:j+1]
+	}
+}
+
+// connect sends one new connection with numgen draws from pick and keeps what it records in
+// dynamic sets (a client's affinity), as the kernel would; it returns the one destination.
+func (tr *tracer) connect(p packet, pick func(mod uint32) uint32) outcome {
+	st := &pktState{pick: pick, dyn: tr.cloneDyn()}
+	o := tr.once(p, st)
+	tr.dyn = st.dyn
+	return o
+}
+
+// expire empties every dynamic set: the affinity timeout passed.
+func (tr *tracer) expire() { tr.dyn = map[string]map[string]bool{} }
+
+func (tr *tracer) cloneDyn() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for s, m := range tr.dyn {
+		out[s] = map[string]bool{}
+		for k := range m {
+			out[s][k] = true
+		}
+	}
+	return out
+}
+
+func mergeSorted(a, b []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range append(append([]string(nil), a...), b...) {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (st *pktState) draw(mod uint32) uint32 {
+	i := len(st.moduli)
+	st.moduli = append(st.moduli, mod)
+	switch {
+	case i < len(st.forced):
+		return st.forced[i]
+	case st.pick != nil:
+		return st.pick(mod)
+	}
+	return 0
+}
+
+// once follows the hooks in kernel order and returns the outcome.
+func (tr *tracer) once(p packet, st *pktState) outcome {
+	st.p = p
 	var hooks []string
 	if p.local {
 		hooks = []string{ChainFilterOutput, ChainNATOutput, ChainFilterOutputDNATd}
@@ -213,8 +309,29 @@ func (tr *tracer) expr(e nft.Expr, st *pktState, depth int) (nft.Verdict, bool) 
 		in := x.Prefix.Contains(tr.field(x.Field, st).Addr)
 		return nft.Verdict{}, in != x.Neg
 	case nft.CmpSet:
-		in := tr.lookup(x.Set, tr.fields(x.Fields, st)) != nil
+		var in bool
+		if tr.dynamic[x.Set] {
+			in = st.dyn[x.Set][valuesText(tr.fields(x.Fields, st))]
+		} else {
+			in = tr.lookup(x.Set, tr.fields(x.Fields, st)) != nil
+		}
 		return nft.Verdict{}, in != x.Neg
+	case nft.SetUpdate:
+		if !tr.dynamic[x.Set] {
+			tr.t.Fatalf("update of set %s, which is not dynamic", x.Set)
+		}
+		if st.dyn[x.Set] == nil {
+			st.dyn[x.Set] = map[string]bool{}
+		}
+		st.dyn[x.Set][valuesText(tr.fields(x.Fields, st))] = true
+	case nft.NumgenMatch:
+		return nft.Verdict{}, st.draw(x.Modulus) == x.Value
+	case nft.FibAddrType:
+		a := st.p.saddr
+		if x.Daddr {
+			a = st.p.daddr
+		}
+		return nft.Verdict{}, tr.isLocal(a) != x.Neg
 	case nft.VMap:
 		el := tr.lookup(x.Map, tr.fields(x.Fields, st))
 		if el == nil {
@@ -235,6 +352,7 @@ func (tr *tracer) expr(e nft.Expr, st *pktState, depth int) (nft.Verdict, bool) 
 		st.masquerade = true
 	case nft.DNAT:
 		st.setDNAT([]string{dest(x.Addr, x.Port)})
+		return nft.Verdict{Kind: nft.VerdictAccept}, true // nat ends the chain with its verdict
 	case nft.DNATNumgen:
 		els := tr.rs.Elements[x.Map]
 		if uint32(len(els)) != x.Modulus {
@@ -249,6 +367,7 @@ func (tr *tracer) expr(e nft.Expr, st *pktState, depth int) (nft.Verdict, bool) 
 			ds = append(ds, dest(el.Data[0].Addr, port))
 		}
 		st.setDNAT(ds)
+		return nft.Verdict{Kind: nft.VerdictAccept}, true
 	case nft.Reject:
 		if x.TCPReset {
 			return nft.Verdict{Kind: 255, Chain: "reject-tcp-reset"}, true
@@ -293,3 +412,9 @@ func udp(saddr, daddr string, port uint16) packet {
 }
 
 func joinDNAT(ds ...string) string { return strings.Join(ds, ",") }
+
+func valuesText(vs []nft.Value) string {
+	var sb strings.Builder
+	writeValues(&sb, vs)
+	return sb.String()
+}

@@ -1,0 +1,190 @@
+package ruleset
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// usable returns the endpoints of this family that could take traffic, whatever their
+// conditions (model.CategorizeEndpoints chooses among them): a numeric port is required unless
+// the Service keeps the destination port. Sorted by address and port, deduplicated.
+func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
+	keepPort := sp.AllPorts || sp.IsRange()
+	var eps []model.Endpoint
+	for _, ep := range sp.Endpoints {
+		a := ep.Addr.Unmap()
+		if !a.IsValid() || a.Is4() != (b.cfg.Family == nft.IPv4) {
+			continue
+		}
+		if !keepPort && ep.Port == 0 {
+			continue
+		}
+		if keepPort {
+			ep.Port = 0
+		}
+		ep.Addr = a
+		eps = append(eps, ep)
+	}
+	sort.SliceStable(eps, func(i, j int) bool {
+		if eps[i].Addr != eps[j].Addr {
+			return eps[i].Addr.Less(eps[j].Addr)
+		}
+		return eps[i].Port < eps[j].Port
+	})
+	var out []model.Endpoint
+	for i, ep := range eps {
+		if i > 0 && ep.Addr == eps[i-1].Addr && ep.Port == eps[i-1].Port {
+			if ep.Ready && !out[len(out)-1].Ready {
+				out[len(out)-1] = ep // a ready copy wins
+			}
+			continue
+		}
+		out = append(out, ep)
+	}
+	return out
+}
+
+// endpointChain adds a chain that DNATs to one of eps: straight to a single endpoint, through
+// a numgen map for several, or, with ClientIP affinity, through the affinity rules.
+func (b *Builder) endpointChain(f *Fragment, p *portPlan, chain, epMap string, eps []model.Endpoint) {
+	var rs []nft.Rule
+	switch {
+	case p.sp.AffinityTimeout > 0:
+		rs = b.affinityRules(f, p, eps)
+	case len(eps) == 1:
+		rs = []nft.Rule{rule(fmt.Sprintf("%s: 1 endpoint", p.name), b.dnat(p, eps[0])...)}
+	default:
+		set := nft.Set{Name: epMap, Key: []nft.Type{nft.TypeInteger}, Data: []nft.Type{b.cfg.Family.AddrType()},
+			NumgenKey: uint32(len(eps)), Comment: p.name + " endpoints"}
+		if !p.keepPort {
+			set.Data = append(set.Data, nft.TypeInetService)
+		}
+		f.Sets = append(f.Sets, set)
+		for i, ep := range eps {
+			data := []nft.Value{nft.Addr(ep.Addr)}
+			if !p.keepPort {
+				data = append(data, nft.Port(ep.Port))
+			}
+			f.Elements = append(f.Elements, nft.Element{Set: epMap, Key: []nft.Value{nft.Int(uint32(i))}, Data: data})
+		}
+		rs = []nft.Rule{rule(fmt.Sprintf("%s: %d endpoints", p.name, len(eps)), protoCmp(p.proto),
+			nft.DNATNumgen{Modulus: uint32(len(eps)), Map: epMap, WithPort: !p.keepPort})}
+	}
+	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
+}
+
+// dnat is "[meta l4proto P] dnat to ep": the protocol match nft requires before a port.
+func (b *Builder) dnat(p *portPlan, ep model.Endpoint) []nft.Expr {
+	if p.keepPort {
+		return []nft.Expr{nft.DNAT{Addr: ep.Addr}}
+	}
+	return []nft.Expr{protoCmp(p.proto), nft.DNAT{Addr: ep.Addr, Port: ep.Port}}
+}
+
+// affinityRules implement sessionAffinity ClientIP. Each endpoint has its own dynamic set of
+// client addresses whose elements expire after the affinity timeout (AffinitySet). A client
+// found in an endpoint's set goes back to that endpoint and refreshes its entry; a new client
+// gets an endpoint picked uniformly by a chain of "numgen random mod N-i 0" matches (the i-th
+// rule wins with probability 1/(N-i) once the earlier ones missed, so each endpoint gets 1/N),
+// and the winning rule records the client in that endpoint's set. No per-endpoint chains: the
+// cost is two rules per endpoint, in this Service's own chain.
+func (b *Builder) affinityRules(f *Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+	var sticky, pick []nft.Rule
+	for i, ep := range eps {
+		set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
+		if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
+			// One set per endpoint, shared by the Cluster and Local chains.
+			f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
+				Timeout: p.sp.AffinityTimeout, Comment: p.name + " clients of " + endpointText(ep)})
+		}
+		update := nft.SetUpdate{Fields: []nft.Field{nft.FieldSaddr}, Set: set}
+		sticky = append(sticky, rule(p.name+": affinity", append([]nft.Expr{
+			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Set: set}, update}, b.dnat(p, ep)...)...))
+		var ex []nft.Expr
+		if n := uint32(len(eps) - i); n > 1 {
+			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
+		}
+		ex = append(append(ex, update), b.dnat(p, ep)...)
+		pick = append(pick, rule(fmt.Sprintf("%s: endpoint %d of %d", p.name, i+1, len(eps)), ex...))
+	}
+	return append(sticky, pick...)
+}
+
+func endpointText(ep model.Endpoint) string {
+	if ep.Port == 0 {
+		return ep.Addr.String()
+	}
+	return netip.AddrPortFrom(ep.Addr, ep.Port).String()
+}
+
+// firewall adds the fw- chain, the target of the port's LoadBalancer IPs when it has
+// loadBalancerSourceRanges: sources outside the ranges get the drop bit and no DNAT, the rest
+// go on to the ext- chain. As upstream, the LoadBalancer IPs themselves are allowed sources when
+// a node address is inside a range (a node reaching a VIP it holds locally uses the VIP as its
+// source). Node ports and external IPs are not filtered (upstream's KEP non-goal).
+func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan) {
+	set, chain := SourceRangesSet(p.sp.Name), FirewallChain(p.sp.Name)
+	allowed := append([]netip.Prefix(nil), p.srcRanges...)
+	var nodeAddrs []netip.Addr
+	if node != nil {
+		nodeAddrs = b.cfg.ofFamily(node.Addresses)
+	}
+	for _, a := range nodeAddrs {
+		if anyContains(p.srcRanges, a) {
+			for _, lb := range p.lbIPs {
+				allowed = append(allowed, netip.PrefixFrom(lb, lb.BitLen()))
+			}
+			break
+		}
+	}
+	f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Interval: true,
+		Comment: p.name + " loadBalancerSourceRanges"})
+	for _, r := range mergePrefixes(allowed) {
+		f.Elements = append(f.Elements, nft.Element{Set: set, Key: []nft.Value{nft.Addr(r[0])}, KeyEnd: []nft.Value{nft.Addr(r[1])}})
+	}
+	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
+		rule(p.name+": source outside loadBalancerSourceRanges: drop",
+			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Neg: true, Set: set}, nft.MarkOr{Bits: b.cfg.DropMark}, nft.Verdict{Kind: nft.VerdictReturn}),
+		rule("", goTo(ExternalChain(p.sp.Name))),
+	})})
+}
+
+// mergePrefixes turns prefixes into sorted, disjoint inclusive address ranges (an interval set
+// refuses overlapping elements); overlapping and adjacent ranges are joined.
+func mergePrefixes(ps []netip.Prefix) [][2]netip.Addr {
+	rs := make([][2]netip.Addr, 0, len(ps))
+	for _, p := range ps {
+		p = p.Masked()
+		rs = append(rs, [2]netip.Addr{p.Addr(), lastAddr(p)})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i][0].Less(rs[j][0]) })
+	var out [][2]netip.Addr
+	for _, r := range rs {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if next := last[1].Next(); !next.IsValid() || !next.Less(r[0]) {
+				if last[1].Less(r[1]) {
+					last[1] = r[1]
+				}
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}

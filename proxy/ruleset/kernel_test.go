@@ -1,0 +1,114 @@
+package ruleset
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// policyServices is one Service of each policy shape: eTP Local with affinity and source
+// ranges, iTP Local without a local endpoint, a range and an all-ports LoadBalancer with
+// source ranges, and a topology-aware ClusterIP.
+func policyServices() []*model.Service {
+	ranges := []netip.Prefix{netip.MustParsePrefix("198.18.1.0/28"), netip.MustParsePrefix("198.18.1.8/29")}
+	web := webPort(func(sp *model.ServicePort) {
+		sp.ExternalTrafficLocal, sp.AffinityTimeout, sp.LoadBalancerSourceRanges = true, 3*time.Second, ranges
+	})
+	itp := &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "itp"}, Ports: []model.ServicePort{{
+		Name: pn("default", "itp", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs("198.19.0.20"),
+		InternalTrafficLocal: true, Endpoints: on(otherNode, pod2),
+	}}}
+	rtp := &model.Service{Key: model.ServiceKey{Namespace: "voip", Name: "rtp"}, Ports: []model.ServicePort{{
+		Name: pn("voip", "rtp", "rtp", model.UDP), Port: 16384, PortEnd: 16483, ClusterIPs: addrs(rtpIP),
+		LoadBalancerIPs: addrs("198.19.100.3"), LoadBalancerSourceRanges: ranges, AffinityTimeout: time.Minute, Endpoints: ready(0, pod1, pod2),
+	}}}
+	anyp := &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "any"}, Ports: []model.ServicePort{{
+		Name: pn("default", "any", "", model.TCP), AllPorts: true, ClusterIPs: addrs(anyIP), LoadBalancerIPs: addrs("198.19.100.2"),
+		LoadBalancerSourceRanges: ranges, Endpoints: ready(0, pod1, pod3),
+	}}}
+	zoned := &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "zoned"}, Ports: []model.ServicePort{{
+		Name: pn("default", "zoned", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs("198.19.0.21"), PreferClose: true,
+		Endpoints: []model.Endpoint{
+			{Addr: netip.MustParseAddr(pod1), Port: 8080, Ready: true, Serving: true, Zone: "z1"},
+			{Addr: netip.MustParseAddr(pod2), Port: 8080, Ready: true, Serving: true, Zone: "z2"},
+			{Addr: netip.MustParseAddr(pod3), Port: 8080, Ready: true, Serving: true, Zone: "z1"},
+		},
+	}}}
+	return []*model.Service{web, itp, rtp, anyp, zoned}
+}
+
+// addAll is a transaction creating rs from nothing.
+func addAll(rs *nft.Ruleset) *nft.Transaction {
+	tx := nft.NewTransaction(rs.Table)
+	tx.Add(&nft.TableObj{})
+	for i := range rs.Chains {
+		tx.Add(&rs.Chains[i])
+	}
+	for i := range rs.Sets {
+		tx.Add(&rs.Sets[i])
+	}
+	for _, els := range rs.Elements {
+		for i := range els {
+			tx.Add(&els[i])
+		}
+	}
+	for i := range rs.Rules {
+		tx.Add(&rs.Rules[i])
+	}
+	return tx
+}
+
+// TestKernelPolicyRuleset proves that the policy layout is what the kernel and nft accept: it
+// applies it over netlink, and `nft -f` of the kernel's listing in a second namespace lists the
+// same text (every rule is valid nft syntax and means the same).
+func TestKernelPolicyRuleset(t *testing.T) {
+	netns.Skip(t)
+	rs := policyBuilder(t).Ruleset(zonedNode("z1"), policyServices())
+	for _, name := range []string{"fake", "kernel"} {
+		t.Run(name, func(t *testing.T) {
+			var k nft.Interface = nft.NewFake()
+			var ns *netns.NS
+			if name == "kernel" {
+				ns = netns.New(t, "rulesetpol")
+				kk, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+				if err != nil {
+					t.Fatalf("NewKernel: %v", err)
+				}
+				t.Cleanup(func() { kk.Close() })
+				k = kk
+			}
+			if _, err := k.Apply(context.Background(), addAll(rs)); err != nil {
+				t.Fatalf("apply the policy ruleset: %v", err)
+			}
+			if ns == nil {
+				return
+			}
+			listing, err := ns.Run("nft", "list", "ruleset")
+			if err != nil {
+				t.Fatalf("nft list ruleset: %v", err)
+			}
+			file := filepath.Join(t.TempDir(), "ruleset.nft")
+			if err := os.WriteFile(file, []byte(listing), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ns2 := netns.New(t, "rulesetpol2")
+			if out, err := ns2.Run("nft", "-f", file); err != nil {
+				t.Fatalf("nft -f of the listing: %v\n%s\nlisting:\n%s", err, out, listing)
+			}
+			again, err := ns2.Run("nft", "list", "ruleset")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again != listing {
+				t.Errorf("nft -f of the listing lists differently:\n got %s\nwant %s", again, listing)
+			}
+		})
+	}
+}
