@@ -1,0 +1,293 @@
+// Package healthcheck serves the health-check node ports of externalTrafficPolicy=Local
+// Services, as kube-proxy does: an external load balancer probes each node on the Service's
+// healthCheckNodePort and sends traffic only to nodes that answer 200, i.e. nodes with a ready
+// local endpoint. Every request on the port, whatever its path, gets 200 when the node has local
+// endpoints and the proxy is healthy, 503 otherwise, with a JSON body naming the Service and
+// the count, and the count again in X-Load-Balancing-Endpoint-Weight (used by weighted load
+// balancers).
+package healthcheck
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// Info is what one Service's health check needs.
+type Info struct {
+	// Port is the Service's healthCheckNodePort (0: none, nothing is served).
+	Port uint16
+	// LocalEndpoints is the number of ready endpoints on this node.
+	LocalEndpoints int
+}
+
+// Observer receives what the Server reports; metrics.HealthCheck implements it.
+type Observer interface {
+	// ListenFailed reports a health-check port that could not be opened.
+	ListenFailed(port uint16, err error)
+	// Listeners reports how many Services' ports are served and how many failed, after an Update.
+	Listeners(serving, failed int)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Addresses are the node addresses each port is opened on (kube-proxy uses the NodePort
+	// addresses). Empty: every address of the node (one wildcard listener per port).
+	Addresses []netip.Addr
+	// Healthy reports whether the proxy itself is healthy (its /healthz). While it is false every
+	// Service answers 503, so load balancers move away from a node whose rules may be stale.
+	// Nil: always healthy.
+	Healthy func() bool
+	// Observer, when set, receives bind failures and listener counts.
+	Observer Observer
+	Log      logr.Logger
+}
+
+// Server holds one listener set per Service with a health-check node port. Its methods are safe
+// for concurrent use.
+type Server struct {
+	cfg Config
+
+	update   sync.Mutex // one Update (listen and close) at a time
+	mu       sync.Mutex // guards services and their fields, held briefly (handlers read counts)
+	services map[model.ServiceKey]*service
+}
+
+type service struct {
+	key     model.ServiceKey
+	port    uint16
+	count   int
+	servers []*http.Server
+	addrs   []net.Addr
+	failed  error
+	done    sync.WaitGroup
+}
+
+// New returns a Server with no ports open.
+func New(cfg Config) *Server {
+	return &Server{cfg: cfg, services: map[model.ServiceKey]*service{}}
+}
+
+// Update makes the served Services exactly svcs: it opens the ports of new Services, moves
+// changed ports, closes the ports of Services that are gone, and sets every local endpoint count.
+// A port that cannot be opened is reported (the returned error, the log, the Observer) and
+// retried on the next Update; the other Services are served regardless.
+func (s *Server) Update(svcs map[model.ServiceKey]Info) error {
+	s.update.Lock()
+	defer s.update.Unlock()
+	s.mu.Lock()
+	var closing []*service
+	for k, svc := range s.services {
+		if in, ok := svcs[k]; !ok || in.Port != svc.port {
+			closing = append(closing, svc)
+			delete(s.services, k)
+		}
+	}
+	s.mu.Unlock()
+	// Closing first frees a port that moves from one Service to another within this update.
+	for _, svc := range closing {
+		svc.close()
+	}
+
+	keys := make([]model.ServiceKey, 0, len(svcs))
+	for k, in := range svcs {
+		if in.Port != 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+
+	var errs []error
+	serving, failed := 0, 0
+	for _, k := range keys {
+		in := svcs[k]
+		s.mu.Lock()
+		svc := s.services[k]
+		if svc == nil {
+			svc = &service{key: k, port: in.Port}
+			s.services[k] = svc
+		}
+		svc.count = in.LocalEndpoints
+		retry := svc.servers == nil
+		s.mu.Unlock()
+		if retry {
+			if err := s.listen(svc); err != nil {
+				errs = append(errs, err)
+				if s.cfg.Observer != nil {
+					s.cfg.Observer.ListenFailed(in.Port, err)
+				}
+				s.cfg.Log.Error(err, "cannot serve health-check node port; load balancers will see this node as down for the Service",
+					"service", k.String(), "port", in.Port)
+				failed++
+				continue
+			}
+		}
+		serving++
+	}
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Listeners(serving, failed)
+	}
+	return errors.Join(errs...)
+}
+
+// listen opens svc's port on every configured address, all or none.
+func (s *Server) listen(svc *service) error {
+	hosts := []string{""}
+	if len(s.cfg.Addresses) > 0 {
+		hosts = hosts[:0]
+		for _, a := range s.cfg.Addresses {
+			hosts = append(hosts, a.String())
+		}
+	}
+	var lns []net.Listener
+	for _, h := range hosts {
+		ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(int(svc.port))))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			s.mu.Lock()
+			svc.failed = err
+			s.mu.Unlock()
+			return fmt.Errorf("health check for Service %s: listen on port %d: %w (another process or Service holds it; free it or change spec.healthCheckNodePort)",
+				svc.key, svc.port, err)
+		}
+		lns = append(lns, ln)
+	}
+	h := &handler{s: s, key: svc.key}
+	s.mu.Lock()
+	svc.failed = nil
+	for _, ln := range lns {
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
+		svc.servers = append(svc.servers, srv)
+		svc.addrs = append(svc.addrs, ln.Addr())
+		svc.done.Add(1)
+		go func() {
+			defer svc.done.Done()
+			_ = srv.Serve(ln) // returns http.ErrServerClosed on close
+		}()
+	}
+	s.mu.Unlock()
+	s.cfg.Log.V(2).Info("serving health-check node port", "service", svc.key.String(), "port", svc.port)
+	return nil
+}
+
+// close stops svc's listeners and waits for their goroutines.
+func (svc *service) close() {
+	for _, srv := range svc.servers {
+		_ = srv.Close()
+	}
+	svc.done.Wait()
+}
+
+// Addrs returns the addresses the Service's health check listens on (none if it is not served
+// or failed), for logs and tests.
+func (s *Server) Addrs(key model.ServiceKey) []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if svc := s.services[key]; svc != nil {
+		return append([]net.Addr(nil), svc.addrs...)
+	}
+	return nil
+}
+
+// Close closes every port. The Server may be updated again afterwards.
+func (s *Server) Close() error {
+	return s.Update(nil)
+}
+
+// Run closes every port when ctx ends, for use as one of the daemon's goroutines.
+func (s *Server) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return s.Close()
+}
+
+type handler struct {
+	s   *Server
+	key model.ServiceKey
+}
+
+// body is the JSON kube-proxy answers with.
+type body struct {
+	Service struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"service"`
+	LocalEndpoints      int  `json:"localEndpoints"`
+	ServiceProxyHealthy bool `json:"serviceProxyHealthy"`
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	h.s.mu.Lock()
+	svc := h.s.services[h.key]
+	count := 0
+	if svc != nil {
+		count = svc.count
+	}
+	h.s.mu.Unlock()
+	healthy := h.s.cfg.Healthy == nil || h.s.cfg.Healthy()
+
+	var b body
+	b.Service.Namespace, b.Service.Name = h.key.Namespace, h.key.Name
+	b.LocalEndpoints, b.ServiceProxyHealthy = count, healthy
+	out, _ := json.MarshalIndent(b, "", "\t") // cannot fail: plain strings, ints and bools
+
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
+	if count > 0 && healthy {
+		w.WriteHeader(http.StatusOK)
+	} else {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_, _ = w.Write(out)
+}
+
+// FromSnapshot returns the health checks the model asks for on node nodeName: one per Service
+// with externalTrafficPolicy Local and a health-check node port, counting the distinct ready
+// endpoints on this node over all the Service's ports (terminating endpoints do not count, so a
+// node whose pods are all shutting down is drained, as upstream does). A dual-stack pod has an
+// endpoint in each family; the count is that of the family with more, i.e. the number of pods.
+func FromSnapshot(snap model.Snapshot, nodeName string) map[model.ServiceKey]Info {
+	out := map[model.ServiceKey]Info{}
+	for k, svc := range snap.Services {
+		if svc == nil || svc.Rejected != nil {
+			continue
+		}
+		var port uint16
+		local4, local6 := map[netip.Addr]struct{}{}, map[netip.Addr]struct{}{}
+		for i := range svc.Ports {
+			sp := &svc.Ports[i]
+			if !sp.ExternalTrafficLocal || sp.HealthCheckNodePort == 0 {
+				continue
+			}
+			port = sp.HealthCheckNodePort
+			for _, ep := range sp.Endpoints {
+				if !ep.Ready || ep.Terminating || nodeName == "" || ep.NodeName != nodeName {
+					continue
+				}
+				if ep.Addr.Unmap().Is4() {
+					local4[ep.Addr.Unmap()] = struct{}{}
+				} else {
+					local6[ep.Addr] = struct{}{}
+				}
+			}
+		}
+		if port != 0 {
+			out[k] = Info{Port: port, LocalEndpoints: max(len(local4), len(local6))}
+		}
+	}
+	return out
+}
