@@ -1,0 +1,55 @@
+package metrics
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nftproxy/nftproxy/proxy/healthcheck"
+)
+
+// Health-check node-port server metric names (externalTrafficPolicy=Local Services).
+const (
+	HealthCheckListenFailures = "nftproxy_healthcheck_listen_failures_total"
+	HealthCheckNodePorts      = "nftproxy_healthcheck_node_ports"
+)
+
+// HealthCheck implements healthcheck.Observer.
+type HealthCheck struct {
+	failures prometheus.Counter
+	ports    *prometheus.GaugeVec
+}
+
+var _ healthcheck.Observer = (*HealthCheck)(nil)
+
+// NewHealthCheck creates the health-check server collectors and registers them on reg. It
+// fails, registering nothing, if a name is taken.
+func NewHealthCheck(reg prometheus.Registerer) (*HealthCheck, error) {
+	m := &HealthCheck{
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: HealthCheckListenFailures,
+			Help: "Attempts to open a Service's health-check node port that failed (port held by another process); retried at every sync."}),
+		ports: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: HealthCheckNodePorts,
+			Help: "Health-check node ports of externalTrafficPolicy=Local Services after the last update, by state (serving or failed)."}, []string{"state"}),
+	}
+	m.ports.WithLabelValues("serving")
+	m.ports.WithLabelValues("failed")
+	cs := []prometheus.Collector{m.failures, m.ports}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("register health-check metrics: %w (create them once per registry)", err)
+		}
+	}
+	return m, nil
+}
+
+// ListenFailed implements healthcheck.Observer.
+func (m *HealthCheck) ListenFailed(uint16, error) { m.failures.Inc() }
+
+// Listeners implements healthcheck.Observer.
+func (m *HealthCheck) Listeners(serving, failed int) {
+	m.ports.WithLabelValues("serving").Set(float64(serving))
+	m.ports.WithLabelValues("failed").Set(float64(failed))
+}
