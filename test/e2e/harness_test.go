@@ -32,6 +32,8 @@ type env struct {
 	dir    string
 	ctx    context.Context
 	daemon *lab.Process
+	// flags are extra daemon flags a scenario adds (e.g. --state-dir).
+	flags []string
 }
 
 // newEnv builds a lab and writes the Node and the given Services into a fresh manifest
@@ -67,6 +69,7 @@ func (e *env) start(wait ...service) {
 	e.t.Helper()
 	argv := append([]string{daemonBinary, "run"}, daemonFlags(e.dir)...)
 	argv = append(argv, "--min-sync-period", "50ms", "--healthz-bind-address", "", "--metrics-bind-address", "")
+	argv = append(argv, e.flags...)
 	p, err := e.lab.StartInNode(e.ctx, argv...)
 	if err != nil {
 		e.t.Fatal(err)

@@ -2,23 +2,21 @@ package e2e
 
 import (
 	"net/netip"
-	"os"
-	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
-
-	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
-	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
 // The node-port scenario: a UDP range Service of type NodePort gets an identity node-port block
 // and a TCP NodePort Service without a nodePort gets one from the dynamic band. The assignment
-// is made by proxy/nodeport over the loaded manifests (the daemon's own manifest-mode control
-// plane), the daemon programs the result, and packets prove it at the block's edges.
+// is made by the daemon itself (manifest mode is its own control plane, proxy/nodeport), kept
+// across a restart through --state-dir, and packets prove it at the block's edges.
 const (
 	npRangeStart, npRangeEnd = 16500, 16509
 )
@@ -41,65 +39,49 @@ func nodePortServices() []service {
 	}
 }
 
-// assignNodePorts runs the node-port assigner over svcs as the daemon loads them (their
-// manifests, through manifest.Load) and copies the result back: node ports into the ports,
-// the node-port-ranges annotation into the annotations.
-func assignNodePorts(t *testing.T, svcs []service) []service {
-	t.Helper()
-	staging := t.TempDir()
-	for _, s := range svcs {
-		if err := os.WriteFile(filepath.Join(staging, s.ns()+"-"+s.name+".yaml"), []byte(s.manifests()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	objs, ferrs := manifest.Load(staging)
-	if len(ferrs) != 0 {
-		t.Fatalf("load the scenario's manifests: %v", ferrs)
-	}
-	a, err := nodeport.New(nodeport.Config{
-		NodePortRange: allocator.MustParseRange(nodeport.DefaultNodePortRange),
-		BlockRange:    allocator.MustParseRange(nodeport.DefaultBlockRange),
-		StateDir:      t.TempDir(),
-	}, logr.Discard())
+// nodePortOf reads from the node's ruleset the node port the daemon assigned to a Service port
+// ("ns/name/proto/port"), failing the test if there is none.
+func (e *env) nodePortOf(portName string) uint16 {
+	e.t.Helper()
+	re := regexp.MustCompile(`(tcp|udp) \. (\d+) comment "` + regexp.QuoteMeta(portName) + `"`)
+	nodePorts, err := e.lab.Nft("list", "map", "ip", "nftproxy", "service-nodeports")
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	probs, err := a.Assign(&objs, ferrs)
-	if err != nil || len(probs) != 0 {
-		t.Fatalf("assign node ports: got problems %v, error %v; want none", probs, err)
+	m := re.FindStringSubmatch(nodePorts)
+	if m == nil {
+		e.t.Fatalf("no node port for %s in the node-port map:\n%s", portName, nodePorts)
 	}
-	out := make([]service, len(svcs))
-	for i, s := range svcs {
-		out[i] = s
-		out[i].ports = append([]servicePort(nil), s.ports...)
-		for _, loaded := range objs.Services {
-			if loaded.Namespace != s.ns() || loaded.Name != s.name {
-				continue
-			}
-			for j := range out[i].ports {
-				out[i].ports[j].nodePort = uint16(loaded.Spec.Ports[j].NodePort)
-			}
-			out[i].annotations = loaded.Annotations
-		}
+	p, err := strconv.Atoi(m[2])
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return out
+	return uint16(p)
 }
 
 func TestNodePorts(t *testing.T) {
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080), lab.PortRange(npRangeStart-1, npRangeEnd+1)}})
-	svcs := assignNodePorts(t, nodePortServices())
-	media, dyn := svcs[0], svcs[1]
-	if got, want := media.annotations[annotation.NodePortRangesKey], "rtp=16500-16509"; got != want {
-		t.Fatalf("media: got %s %q, want the identity block %q", annotation.NodePortRangesKey, got, want)
-	}
-	dynPort := dyn.ports[0].nodePort
-	if band := allocator.MustParseRange(nodeport.DefaultNodePortRange).DynamicBand(); !band.Contains(int(dynPort)) {
-		t.Fatalf("dyn: got node port %d, want one of the dynamic band %s", dynPort, band)
-	}
+	e.flags = []string{"--state-dir", t.TempDir()}
+	svcs := nodePortServices()
 	for _, s := range svcs {
 		e.write(s)
 	}
 	e.start(svcs...)
+	// The daemon is its own control plane: the block is the range itself, the other port comes
+	// from the dynamic band.
+	if !strings.Contains(e.ruleset(), `udp . 16500-16509 comment "voip/media/udp/rtp"`) {
+		t.Fatalf("no identity node-port block 16500-16509 for voip/media in the ruleset:\n%s", e.ruleset())
+	}
+	dynPort := e.nodePortOf("default/dyn/tcp/http")
+	if band := allocator.MustParseRange(nodeport.DefaultNodePortRange).DynamicBand(); !band.Contains(int(dynPort)) {
+		t.Fatalf("dyn: got node port %d, want one of the dynamic band %s", dynPort, band)
+	}
+	// A restart with the same --state-dir keeps the assignment.
+	e.stop()
+	e.start(svcs...)
+	if again := e.nodePortOf("default/dyn/tcp/http"); again != dynPort {
+		t.Fatalf("after a restart with the same --state-dir the node port moved from %d to %d", dynPort, again)
+	}
 
 	var (
 		client  = e.lab.Client(1)

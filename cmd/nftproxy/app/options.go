@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
@@ -15,25 +16,27 @@ import (
 // Options are the flags of `run` and `render`. Names follow kube-proxy's where the meaning is
 // the same, so existing configuration carries over.
 type Options struct {
-	Manifests        string
-	NodeName         string
-	Once             bool
-	ProxyName        string
-	Table            string
-	Families         string
-	ClusterCIDRs     prefixList
-	ServiceCIDRs     prefixList
-	NodePortCIDRs    prefixList
-	MasqueradeAll    bool
-	MasqueradeBit    int
-	DropBit          int
-	MinSyncPeriod    time.Duration
-	FullSyncPeriod   time.Duration
-	HealthzAddress   string
-	MetricsAddress   string
-	HealthzTimeout   time.Duration
-	Verbosity        int
-	ShutdownGraceful time.Duration
+	Manifests      string
+	NodeName       string
+	Once           bool
+	ProxyName      string
+	Table          string
+	Families       string
+	ClusterCIDRs   prefixList
+	ServiceCIDRs   prefixList
+	NodePortCIDRs  prefixList
+	MasqueradeAll  bool
+	MasqueradeBit  int
+	DropBit        int
+	MinSyncPeriod  time.Duration
+	FullSyncPeriod time.Duration
+	HealthzAddress string
+	MetricsAddress string
+	HealthzTimeout time.Duration
+	Verbosity      int
+	StateDir       string
+	NodePortRange  string
+	BlockRange     string
 }
 
 // prefixList is a comma-separated list of CIDRs.
@@ -76,6 +79,8 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: changes and problems; 2: every sync; 4: debugging)")
+	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
+	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange, "manifest mode: node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range; empty disables blocks")
 	if !daemon {
 		return
 	}
@@ -85,6 +90,7 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics; empty disables it")
 	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz fails when a change has waited this long without being programmed")
+	fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: directory where assigned node ports are kept, so they survive restarts (e.g. /var/lib/nftproxy); empty keeps them in memory only")
 }
 
 // families parses --ip-families.

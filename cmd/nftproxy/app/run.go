@@ -46,6 +46,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	am, err := metrics.NewAllocatorMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 	tracker := newTracker(&o, log, pm)
 
 	kernel, err := nft.NewKernel()
@@ -59,8 +63,13 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		if o.Manifests == "" {
 			return usageError{errors.New("--once needs --manifests: the directory of Service, EndpointSlice and Node manifests to apply")}
 		}
+		a, err := newAssigner(&o, log, am)
+		if err != nil {
+			return err
+		}
 		objs, ferrs := manifest.Load(o.Manifests)
 		reportFileErrors(log, ferrs)
+		assign(a, log, &objs, ferrs)
 		manifest.NewFeeder(tracker).Feed(objs, ferrs)
 		warnNoNode(log, tracker, o.NodeName)
 		res, err := p.Sync(ctx, true)
@@ -71,9 +80,13 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	src, err := newSource(&o, log)
+	src, err := newSource(&o, log, am)
 	if err != nil {
-		return usageError{err}
+		var ue usageError
+		if errors.As(err, &ue) || o.Manifests == "" {
+			return usageError{err}
+		}
+		return err
 	}
 	rc := o.runConfig()
 	rc.Ready = src.Ready
@@ -213,7 +226,12 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 				rejected = append(rejected, rej{k, r})
 			}
 		}})
+	a, err := newAssigner(&o, log, nil)
+	if err != nil {
+		return err
+	}
 	objs, ferrs := manifest.Load(o.Manifests)
+	probs, _ := a.Assign(&objs, ferrs)
 	manifest.NewFeeder(tracker).Feed(objs, ferrs)
 	snap := tracker.Snapshot()
 
@@ -225,6 +243,9 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
 	for _, r := range rejected {
 		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", r.key, r.r.Reason, oneLine(r.r.Message))
+	}
+	for _, p := range probs {
+		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))
 	}
 	if snap.Node == nil {
 		fmt.Fprintf(&sb, "# no Node object named %q: node ports are served on no address\n", o.NodeName)

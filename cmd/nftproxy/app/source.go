@@ -8,8 +8,10 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/nodeport"
 )
 
 // source feeds Services, EndpointSlices and the Node into the tracker and pokes the sync loop.
@@ -21,18 +23,27 @@ type source interface {
 	fmt.Stringer
 }
 
-// newSource picks where the model comes from.
-func newSource(o *Options, log logr.Logger) (source, error) {
+// newSource picks where the model comes from. obs receives the node-port allocator's numbers.
+func newSource(o *Options, log logr.Logger, obs allocator.Observer) (source, error) {
 	if o.Manifests == "" {
 		return nil, errors.New("--manifests is required: the directory of Service, EndpointSlice and Node manifests to serve")
 	}
-	return &manifestSource{dir: o.Manifests, node: o.NodeName, log: log}, nil
+	a, err := newAssigner(o, log, obs)
+	if err != nil {
+		return nil, err
+	}
+	if o.StateDir == "" {
+		log.Info("node ports assigned in manifest mode are kept in memory only: set --state-dir to keep them across restarts")
+	}
+	return &manifestSource{dir: o.Manifests, node: o.NodeName, log: log, assigner: a}, nil
 }
 
-// manifestSource watches a directory of manifests (the embedded default, no cluster needed).
+// manifestSource watches a directory of manifests (the embedded default, no cluster needed),
+// acting as its own control plane for node ports.
 type manifestSource struct {
 	dir, node string
 	log       logr.Logger
+	assigner  *nodeport.Assigner
 	loaded    atomic.Bool
 }
 
@@ -43,6 +54,7 @@ func (m *manifestSource) Run(ctx context.Context, tracker *model.Tracker, notify
 	feeder := manifest.NewFeeder(tracker)
 	return manifest.Watch(ctx, m.dir, m.log.WithName("manifests"), func(objs manifest.Objects, ferrs []manifest.FileError) {
 		reportFileErrors(m.log, ferrs)
+		assign(m.assigner, m.log, &objs, ferrs)
 		feeder.Feed(objs, ferrs)
 		if !m.loaded.Swap(true) {
 			warnNoNode(m.log, tracker, m.node)
