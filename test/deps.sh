@@ -7,6 +7,8 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
+# promtool lints the metrics exposition and the dashboard queries (metrics tests).
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ "${#need[@]}" -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "missing packages: ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2
