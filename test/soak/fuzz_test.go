@@ -1,0 +1,74 @@
+package soak
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/manifest"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// seedDirs hold real manifests the fuzzer starts from (relative to this package).
+var seedDirs = []string{"../../deploy/examples", "../../proxy/model/testdata/invalid"}
+
+// FuzzManifestLoad feeds arbitrary bytes, as one manifest file, through everything the daemon
+// does with a file before the kernel: load, feed the model, build and render both families'
+// rulesets. Nothing may panic; whatever is accepted must render. Without -fuzz it runs the
+// seeds: every example, every invalid-corpus file and every hostile input of TestHostileInput.
+func FuzzManifestLoad(f *testing.F) {
+	for _, dir := range seedDirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b)
+		}
+	}
+	for _, h := range hostileInputs() {
+		f.Add([]byte(h.content))
+	}
+	var builders []*ruleset.Builder
+	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
+		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam, MasqueradeMark: 0x4000, DropMark: 0x8000, NodeName: nodeName,
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/24"), netip.MustParsePrefix("fd00:128::/64")},
+			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/18"), netip.MustParsePrefix("fd00:19::/112")}})
+		if err != nil {
+			f.Fatal(err)
+		}
+		builders = append(builders, b)
+	}
+	f.Fuzz(func(t *testing.T, content []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "input.yaml"), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		objs, ferrs := manifest.Load(dir)
+		for _, fe := range ferrs {
+			if fe.Error() == "" {
+				t.Fatalf("a file error without a message: %#v", fe)
+			}
+		}
+		tr := model.NewTracker(model.TrackerConfig{NodeName: nodeName, Logger: logr.Discard()})
+		manifest.NewFeeder(tr).Feed(objs, ferrs)
+		snap := tr.Snapshot()
+		for _, s := range snap.Sorted() {
+			if s.Rejected != nil && s.Rejected.Reason == "" {
+				t.Fatalf("service %s rejected without a reason: %+v", s.Key, s.Rejected)
+			}
+		}
+		for _, b := range builders {
+			_ = nft.Render(nft.Canonical(b.Ruleset(snap.Node, snap.Sorted())))
+		}
+	})
+}
