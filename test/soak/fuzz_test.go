@@ -3,7 +3,10 @@ package soak
 import (
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -71,4 +74,44 @@ func FuzzManifestLoad(f *testing.F) {
 			_ = nft.Render(nft.Canonical(b.Ruleset(snap.Node, snap.Sorted())))
 		}
 	})
+}
+
+// fuzzTargets are the project's fuzz targets the soak run fuzzes for real.
+var fuzzTargets = []struct{ pkg, name string }{
+	{"./proxy/annotation", "FuzzPortRanges"},
+	{"./test/soak", "FuzzManifestLoad"},
+}
+
+// execsLine matches the fuzzer's progress lines: "fuzz: elapsed: 3s, execs: 1234 (411/sec), ...".
+var execsLine = regexp.MustCompile(`execs: (\d+)`)
+
+// TestFuzzBounded runs `go test -fuzz` on every fuzz target for the profile's time (long
+// profile only; the short one runs the seeds as regular tests). A crasher fails the test and is
+// saved under the package's testdata/fuzz, as go test does.
+func TestFuzzBounded(t *testing.T) {
+	const scenario = "5 hostile input: fuzzing"
+	if run.fuzzFor == 0 {
+		t.Skip("short profile: fuzz seeds run as regular tests; NFTPROXY_SOAK=1 fuzzes each target")
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	for _, ft := range fuzzTargets {
+		cmd := exec.Command("go", "test", "-run", "^$", "-fuzz", "^"+ft.name+"$", "-fuzztime", run.fuzzFor.String(), ft.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "NFTPROXY_UNIT_ONLY=1") // no daemon build in the fuzz workers
+		b, err := cmd.CombinedOutput()
+		execs := "?"
+		if m := execsLine.FindAllStringSubmatch(string(b), -1); len(m) > 0 {
+			execs = m[len(m)-1][1]
+		}
+		verdict := "no failure"
+		if err != nil {
+			verdict = "FAILED"
+			t.Errorf("go test -fuzz %s %s: %v\n%s", ft.name, ft.pkg, err, tail(string(b), 40))
+		}
+		report.add(t, scenario, ft.name, "%s execs in %v: %s", execs, run.fuzzFor, verdict)
+	}
 }
