@@ -31,6 +31,10 @@ func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) {
 	if rs.Sets, err = k.dumpSets(ctx, t); err != nil {
 		return nil, fmt.Errorf("dump table %s: sets: %w", t, err)
 	}
+	k.sets[t] = make(map[string]Set, len(rs.Sets))
+	for _, s := range rs.Sets {
+		k.sets[t][s.Name] = s
+	}
 	for i := range rs.Sets {
 		els, err := k.dumpElements(ctx, t, &rs.Sets[i])
 		if err != nil {
