@@ -65,6 +65,13 @@ func (s *State) handler(livez bool) http.HandlerFunc {
 	}
 }
 
+// Healthy is /healthz's verdict; the health-check node ports answer 503 while it is false, so
+// load balancers move away from a node whose rules may be stale.
+func (s *State) Healthy() bool {
+	ok, _ := s.healthy(false)
+	return ok
+}
+
 // Register adds /healthz and /livez to mux.
 func (s *State) Register(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", s.handler(false))

@@ -7,11 +7,15 @@ package proxier
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/conntrack"
+	"github.com/nftproxy/nftproxy/proxy/healthcheck"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
@@ -37,6 +41,19 @@ type Source interface {
 	Snapshot() model.Snapshot
 }
 
+// Options are the optional parts of a Proxier: they observe the sync and act after it, never
+// failing it.
+type Options struct {
+	// Conntrack, when set, deletes stale UDP conntrack entries of the Services a sync changed
+	// (endpoints removed, ranges and all-ports included), so UDP flows move to live endpoints.
+	Conntrack *conntrack.Cleaner
+	// HealthCheck, when set, serves the health-check node ports of externalTrafficPolicy=Local
+	// Services, updated after every sync.
+	HealthCheck *healthcheck.Server
+	// NodeName selects local endpoints for the health checks.
+	NodeName string
+}
+
 // Proxier owns the builders and the reconciler. Sync is not safe for concurrent use; Run calls
 // it from one goroutine.
 type Proxier struct {
@@ -47,20 +64,24 @@ type Proxier struct {
 	log      logr.Logger
 	now      func() time.Time
 
+	opts     Options
+	ctMemory *conntrack.Memory
+
 	primed       bool // the whole model has been handed to the reconciler once
+	node         *model.Node
 	lastSuccess  time.Time
 	failingSince time.Time
 	retrySince   time.Time // oldest change of a failed sync, for the latency of its retry
 }
 
 // New returns a Proxier over kernel for the given families' builders.
-func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Observer, log logr.Logger, now func() time.Time) *Proxier {
+func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Observer, log logr.Logger, now func() time.Time, opts Options) *Proxier {
 	var tables []nft.Table
 	for _, b := range builders {
 		tables = append(tables, b.Table())
 	}
-	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now,
-		rec: reconciler.New(kernel, log, now, tables...)}
+	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now, opts: opts,
+		ctMemory: conntrack.NewMemory(), rec: reconciler.New(kernel, log, now, tables...)}
 }
 
 // Sync commits the pending changes (all of the model on the first call). With full it also reads
@@ -69,25 +90,18 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	start := p.now()
 	ch := p.src.TakeChanges()
 	if !p.primed {
-		snap := p.src.Snapshot()
-		for _, b := range p.builders {
-			p.rec.Set(b.Table(), baseOwner, b.Base(snap.Node))
-			for _, s := range snap.Sorted() {
-				p.rec.Set(b.Table(), s.Key.String(), b.Service(s))
-			}
-		}
+		p.setAll(p.src.Snapshot())
 		p.primed = true
+	} else if ch.Node {
+		// The node's addresses and zone shape every Service (node ports, topology, source
+		// ranges): rebuild them all. Node changes are rare; Service changes stay O(change).
+		p.setAll(p.src.Snapshot())
 	} else {
-		if ch.Node {
-			node := p.src.Snapshot().Node
-			for _, b := range p.builders {
-				p.rec.Set(b.Table(), baseOwner, b.Base(node))
-			}
-		}
 		for _, k := range ch.Services {
 			s := p.src.Service(k)
+			p.ctMemory.Stage(k, s)
 			for _, b := range p.builders {
-				p.rec.Set(b.Table(), k.String(), b.Service(s))
+				p.rec.Set(b.Table(), k.String(), b.Service(p.node, s))
 			}
 		}
 	}
@@ -115,8 +129,56 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	if res.Repairs > 0 {
 		p.log.Info("repaired nftables drift", "objects", res.Repairs)
 	}
+	p.afterCommit(ctx)
 	p.log.V(2).Info("synced", "full", res.Full, "ops", res.Ops, "changedServices", len(ch.Services), "duration", d)
 	return res, nil
+}
+
+// setAll hands the whole model to the reconciler (first sync, node change). Services gone from
+// the model since the last call are removed.
+func (p *Proxier) setAll(snap model.Snapshot) {
+	p.node = snap.Node
+	for _, s := range snap.Services {
+		p.ctMemory.Stage(s.Key, s)
+	}
+	for _, b := range p.builders {
+		t := b.Table()
+		seen := map[string]bool{baseOwner: true}
+		p.rec.Set(t, baseOwner, b.Base(snap.Node))
+		for _, s := range snap.Sorted() {
+			seen[s.Key.String()] = true
+			p.rec.Set(t, s.Key.String(), b.Service(snap.Node, s))
+		}
+		for _, o := range p.rec.Owners(t) {
+			if !seen[o] {
+				p.rec.Set(t, o, ruleset.Fragment{})
+				if ns, name, ok := strings.Cut(o, "/"); ok {
+					p.ctMemory.Stage(model.ServiceKey{Namespace: ns, Name: name}, nil)
+				}
+			}
+		}
+	}
+}
+
+// afterCommit runs what depends on the new rules being in place: stale UDP flows are deleted
+// only now (deleting them earlier would let the next datagram be DNATed by the old rules), and
+// the health checks report the committed state. Failures are logged, never fail the sync.
+func (p *Proxier) afterCommit(ctx context.Context) {
+	changes := p.ctMemory.Commit()
+	if p.opts.Conntrack != nil && len(changes) > 0 {
+		var nodeAddrs []netip.Addr
+		for _, b := range p.builders {
+			nodeAddrs = append(nodeAddrs, b.NodePortAddrs(p.node)...)
+		}
+		if _, err := p.opts.Conntrack.Cleanup(ctx, conntrack.Targets(nodeAddrs, changes)); err != nil {
+			p.log.Error(err, "stale UDP conntrack cleanup failed; those flows recover when their entries time out")
+		}
+	}
+	if p.opts.HealthCheck != nil {
+		if err := p.opts.HealthCheck.Update(healthcheck.FromSnapshot(p.src.Snapshot(), p.opts.NodeName)); err != nil {
+			p.log.Error(err, "health-check node ports")
+		}
+	}
 }
 
 // LastSuccess is when the last sync succeeded (zero before the first). Call it from the sync

@@ -103,7 +103,7 @@ func (b *Builder) Base(node *model.Node) Fragment {
 		verdictMap(MapNoEndpointAllPorts, "all-ports Services without endpoints: reject", false, addr, nft.TypeInetProto),
 		verdictMap(MapNoEndpointNodePorts, "node ports of Services without endpoints: reject", true, nft.TypeInetProto, nft.TypeInetService),
 	}
-	for _, a := range b.nodePortAddrs(node) {
+	for _, a := range b.NodePortAddrs(node) {
 		f.Elements = append(f.Elements, nft.Element{Set: SetNodePortIPs, Key: []nft.Value{nft.Addr(a)}})
 	}
 
@@ -190,9 +190,9 @@ func (b *Builder) servicesRules() []nft.Rule {
 	return rs
 }
 
-// nodePortAddrs are the node's addresses of this family that accept node ports: inside
+// NodePortAddrs are the node's addresses of this family that accept node ports: inside
 // NodePortCIDRs when given, never loopback.
-func (b *Builder) nodePortAddrs(node *model.Node) []netip.Addr {
+func (b *Builder) NodePortAddrs(node *model.Node) []netip.Addr {
 	if node == nil {
 		return nil
 	}

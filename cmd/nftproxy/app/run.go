@@ -21,7 +21,9 @@ import (
 
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/conntrack"
 	"github.com/nftproxy/nftproxy/proxy/health"
+	"github.com/nftproxy/nftproxy/proxy/healthcheck"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
@@ -57,9 +59,23 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
 	}
 	defer kernel.Close()
-	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	ctm, err := metrics.NewConntrack(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	hcm, err := metrics.NewHealthCheck(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	cleaner, err := conntrack.New(log.WithName("conntrack"), conntrack.WithObserver(ctm))
+	if err != nil {
+		return err
+	}
+	defer cleaner.Close()
+	opts := proxier.Options{Conntrack: cleaner, NodeName: o.NodeName}
 
 	if o.Once {
+		p := proxier.New(tracker, kernel, builders, pm, log, time.Now, opts)
 		if o.Manifests == "" {
 			return usageError{errors.New("--once needs --manifests: the directory of Service, EndpointSlice and Node manifests to apply")}
 		}
@@ -88,12 +104,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	rc := o.runConfig()
-	rc.Ready = src.Ready
-	runner := proxier.NewRunner(p, rc)
-	watchErr := make(chan error, 1)
-	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
-
+	// The health state reads the runner, which needs the proxier, which needs the health-check
+	// server, which asks the health state: the runner is assigned before anything runs.
+	var runner *proxier.Runner
 	hs := &health.State{
 		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
 		FailingSince: func() time.Time { return runner.Status().FailingSince },
@@ -102,6 +115,16 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		Timeout:      o.HealthzTimeout,
 		Now:          time.Now,
 	}
+	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, Observer: hcm, Log: log.WithName("healthcheck")})
+	defer hc.Close()
+	opts.HealthCheck = hc
+	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, opts)
+	rc := o.runConfig()
+	rc.Ready = src.Ready
+	runner = proxier.NewRunner(p, rc)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
+
 	servers, err := serve(ctx, log, &o, hs, reg)
 	if err != nil {
 		return err
