@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// Day-2 behaviours that need the daemon's after-sync work (issue 4): stale UDP conntrack
+// entries deleted when an endpoint goes, and the health-check node port of an
+// externalTrafficPolicy=Local Service following its local endpoints.
+
+const (
+	mediaStart, mediaEnd = 16600, 16609
+	healthCheckPort      = 31999
+)
+
+// TestUDPFlowMovesWhenItsEndpointGoes: an RTP-style UDP stream to a range Service keeps its
+// 5-tuple; when its endpoint is replaced, the daemon deletes the stale conntrack entry so the
+// next datagram of the same stream reaches the new endpoint instead of the old one (which
+// still answers here, so a stale entry would show).
+func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.PortRange(mediaStart, mediaEnd)}})
+	media := policyService{name: "media", clusterIP: lab.ClusterIPv4(40), proto: "UDP", port: mediaStart, portName: "rtp",
+		keepsPortEnds: true, annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", mediaStart, mediaEnd)},
+		endpoints: local(2)}
+	e.writeFile("media.yaml", media.manifests())
+	e.start()
+	e.waitFor("Service "+media.key(), func(rs string) bool { return strings.Contains(rs, `"`+media.key()) })
+
+	dst := hostPort(lab.ClusterIPv4(40), mediaStart+5)
+	flow := lab.NewFlow(e.lab.Client(1).NS, "udp", dst)
+	defer flow.Close()
+	masq4 := netip.MustParseAddr(lab.PodGatewayV4)
+	replied(podNames(2), mediaStart+5, masq4).check(t, "before: "+dst, flow.Probe(e.ctx))
+	if ct, err := e.lab.Conntrack("-p", "udp", "--orig-dst", lab.ClusterIPv4(40).String()); err != nil || !strings.Contains(ct, lab.PodIPv4(2).String()) {
+		t.Fatalf("no conntrack entry of the flow to pod-2 (err %v):\n%s", err, ct)
+	}
+
+	media.endpoints = local(1)
+	e.writeFile("media.yaml", media.manifests())
+	e.waitFor("pod-1 as the only endpoint", func(rs string) bool {
+		return strings.Contains(rs, "dnat to "+lab.PodIPv4(1).String()) && !strings.Contains(rs, "dnat to "+lab.PodIPv4(2).String())
+	})
+	// The cleanup runs right after the commit; give it a moment without depending on timing:
+	// probe until the answer changes or the deadline passes.
+	deadline := time.Now().Add(5 * time.Second)
+	var last lab.Result
+	for {
+		last = flow.Probe(e.ctx)
+		if last.Outcome == lab.Replied && last.Reply.Pod == "pod-1" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	replied(podNames(1), mediaStart+5, masq4).check(t, "after the endpoint moved, same 5-tuple: "+dst, last)
+	ct, err := e.lab.Conntrack("-p", "udp", "--orig-dst", lab.ClusterIPv4(40).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(ct, "src="+lab.PodIPv4(2).String()+" ") {
+		t.Errorf("a conntrack entry still replies from the removed endpoint pod-2:\n%s", ct)
+	}
+}
+
+// healthCheck asks the node's health-check node port from client-1, as a load balancer would.
+func healthCheck(t *testing.T, e *env) (int, map[string]any) {
+	t.Helper()
+	var conn net.Conn
+	addr := hostPort(netip.MustParseAddr(lab.NodeIPv4), healthCheckPort)
+	if err := e.lab.Client(1).NS.Do(func() (err error) {
+		conn, err = net.DialTimeout("tcp", addr, 2*time.Second)
+		return err
+	}); err != nil {
+		return 0, nil
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("health check %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("health check %s: body is not JSON: %v", addr, err)
+	}
+	return resp.StatusCode, body
+}
+
+// TestHealthCheckNodePortFollowsLocalEndpoints: 200 with the local endpoint count while this
+// node has a ready local endpoint, 503 once it has none.
+func TestHealthCheckNodePortFollowsLocalEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
+	lb := policyService{name: "lb-local", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(41), proto: "TCP", port: 80, target: 8080,
+		portName: "http", nodePort: 30141, lbIP: lab.LoadBalancerIPv4(41),
+		spec:      map[string]any{"externalTrafficPolicy": "Local", "healthCheckNodePort": healthCheckPort},
+		endpoints: append(local(1), remote(2)...)}
+	e.writeFile("lb.yaml", lb.manifests())
+	e.start()
+	e.waitFor("Service "+lb.key(), func(rs string) bool { return strings.Contains(rs, `"`+lb.key()) })
+
+	check := func(step string, wantCode int, wantLocal float64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			code, body := healthCheck(t, e)
+			got, _ := body["localEndpoints"].(float64)
+			if code == wantCode && got == wantLocal {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: health check answered %d %v, want %d with localEndpoints %v", step, code, body, wantCode, wantLocal)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	check("one local endpoint", http.StatusOK, 1)
+	lb.endpoints = remote(1, 2)
+	e.writeFile("lb.yaml", lb.manifests())
+	check("no local endpoint", http.StatusServiceUnavailable, 0)
+}
