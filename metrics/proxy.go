@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,12 @@ const (
 	KubeProxyProgramming   = "kubeproxy_network_programming_duration_seconds"
 	KubeProxyLastTimestamp = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 	KubeProxySyncFailures  = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	ServiceChanges         = "nftproxy_service_changes_total"
+	ServiceChangesPending  = "nftproxy_service_changes_pending"
+	KubeProxyHealthz       = "kubeproxy_proxy_healthz_total"
+	KubeProxyLivez         = "kubeproxy_proxy_livez_total"
+	KubeProxyChanges       = "kubeproxy_sync_proxy_rules_service_changes_total"
+	KubeProxyChangesPend   = "kubeproxy_sync_proxy_rules_service_changes_pending"
 )
 
 // syncBuckets spans a 1 ms partial sync to a multi-minute cold start at 50k Services.
@@ -51,6 +58,11 @@ type Proxy struct {
 	kpSync, kpFull, kpPartial, kpProgramming prometheus.Histogram
 	kpLast                                   prometheus.Gauge
 	kpFailures                               prometheus.Counter
+
+	changes, kpChanges *prometheus.CounterVec
+	healthz, livez     *prometheus.CounterVec
+	registered         []prometheus.Collector
+	reg                prometheus.Registerer
 }
 
 var _ proxier.Observer = (*Proxy)(nil)
@@ -88,8 +100,13 @@ func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
 	for _, k := range []string{"full", "partial"} {
 		m.duration.WithLabelValues(k)
 	}
+	m.changes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServiceChanges,
+		Help: "Service changes (a Service or its endpoints added, changed or removed) taken by syncs."}, nil)
+	m.kpChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyChanges, Help: "kube-proxy compatible: service changes."}, nil)
+	m.healthz = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyHealthz, Help: "kube-proxy compatible: /healthz answers by HTTP code."}, []string{"code"})
+	m.livez = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyLivez, Help: "kube-proxy compatible: /livez answers by HTTP code."}, []string{"code"})
 	cs := []prometheus.Collector{m.duration, m.failures, m.ops, m.bytes, m.programming, m.repairs, m.objects, m.invalid, m.last,
-		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpFailures}
+		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpFailures, m.changes, m.kpChanges, m.healthz, m.livez}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -98,7 +115,36 @@ func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
 			return nil, err
 		}
 	}
+	m.reg = reg
 	return m, nil
+}
+
+// WatchPending exports pending(), the number of Service changes waiting for the sync loop, as
+// nftproxy_service_changes_pending (and kube-proxy's name).
+func (m *Proxy) WatchPending(pending func() int) error {
+	for _, name := range []string{ServiceChangesPending, KubeProxyChangesPend} {
+		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: "Service changes seen and not yet taken by a sync."},
+			func() float64 { return float64(pending()) })
+		if err := m.reg.Register(g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Changed counts Service changes taken by a sync (proxier.Observer).
+func (m *Proxy) Changed(n int) {
+	m.changes.WithLabelValues().Add(float64(n))
+	m.kpChanges.WithLabelValues().Add(float64(n))
+}
+
+// Served counts health answers (health.State.Served).
+func (m *Proxy) Served(path string, code int) {
+	c := m.healthz
+	if path == "/livez" {
+		c = m.livez
+	}
+	c.WithLabelValues(fmt.Sprint(code)).Inc()
 }
 
 // Synced implements proxier.Observer.

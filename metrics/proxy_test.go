@@ -57,6 +57,32 @@ func TestProxyMetrics(t *testing.T) {
 	if lint, err := testutil.GatherAndLint(reg); err != nil || len(lint) > 0 {
 		t.Errorf("metric lint problems: %v %v", lint, err)
 	}
+	m.Served("/healthz", 200)
+	m.Served("/healthz", 503)
+	m.Served("/livez", 200)
+	m.Changed(3)
+	pending := 7
+	if err := m.WatchPending(func() int { return pending }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{"healthz 200", m.healthz.WithLabelValues("200"), 1},
+		{"healthz 503", m.healthz.WithLabelValues("503"), 1},
+		{"livez 200", m.livez.WithLabelValues("200"), 1},
+		{"changes", m.changes.WithLabelValues(), 3},
+		{"kube-proxy changes", m.kpChanges.WithLabelValues(), 3},
+	} {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, ServiceChangesPending, KubeProxyChangesPend); err != nil || n != 2 {
+		t.Errorf("pending gauges: %d series (err %v), want 2", n, err)
+	}
 	if _, err := NewProxy(reg, nil); err == nil {
 		t.Error("registering twice on one registry succeeded")
 	}

@@ -22,6 +22,9 @@ type State struct {
 	// Timeout is how long a change may wait, or failures last, before /healthz fails.
 	Timeout time.Duration
 	Now     func() time.Time
+	// Served, when set, is told each answer (path "/healthz" or "/livez", HTTP status), for the
+	// kube-proxy compatible request counters.
+	Served func(path string, code int)
 }
 
 type report struct {
@@ -58,8 +61,13 @@ func (s *State) handler(livez bool) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		code := http.StatusOK
 		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
+			code = http.StatusServiceUnavailable
+		}
+		w.WriteHeader(code)
+		if s.Served != nil {
+			s.Served(r.URL.Path, code)
 		}
 		_ = json.NewEncoder(w).Encode(rep)
 	}

@@ -28,8 +28,10 @@ func TestHealth(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			served := map[string]int{}
 			s := &State{LastSuccess: c.last, FailingSince: c.fail, PendingSince: c.pend,
-				Ready: func() bool { return c.ready }, Timeout: time.Minute, Now: at(0)}
+				Ready: func() bool { return c.ready }, Timeout: time.Minute, Now: at(0),
+				Served: func(path string, code int) { served[path] = code }}
 			mux := http.NewServeMux()
 			s.Register(mux)
 			for path, want := range map[string]int{"/healthz": c.healthz, "/livez": c.livez} {
@@ -44,6 +46,9 @@ func TestHealth(t *testing.T) {
 				}
 				if rep.Healthy != (want == 200) {
 					t.Errorf("%s nodeHealthy=%v with status %d", path, rep.Healthy, want)
+				}
+				if served[path] != want {
+					t.Errorf("%s counted as %d, want %d", path, served[path], want)
 				}
 			}
 		})

@@ -408,6 +408,14 @@ func (t *Tracker) TakeChanges() Changes {
 	return c
 }
 
+// Pending is how many Services changed since the last TakeChanges (a gauge of work waiting for
+// the sync loop).
+func (t *Tracker) Pending() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.changed)
+}
+
 // PendingSince returns when the oldest change not yet taken was recorded, or zero; /healthz
 // uses it to report a sync loop that has fallen behind.
 func (t *Tracker) PendingSince() time.Time {

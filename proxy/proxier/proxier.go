@@ -32,6 +32,8 @@ type Observer interface {
 	Synced(full bool, d time.Duration, res reconciler.Result, err error)
 	// Programmed reports the time from the oldest change seen to its rules being committed.
 	Programmed(latency time.Duration)
+	// Changed reports how many Service changes a sync took.
+	Changed(n int)
 }
 
 // Source is what the proxier reads the model from (model.Tracker implements it).
@@ -89,6 +91,9 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error) {
 	start := p.now()
 	ch := p.src.TakeChanges()
+	if p.obs != nil && len(ch.Services) > 0 {
+		p.obs.Changed(len(ch.Services))
+	}
 	if !p.primed {
 		p.setAll(p.src.Snapshot())
 		p.primed = true

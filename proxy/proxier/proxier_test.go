@@ -63,6 +63,8 @@ func (r *recorder) Synced(full bool, d time.Duration, res reconciler.Result, err
 	}
 }
 
+func (r *recorder) Changed(int) {}
+
 func (r *recorder) Programmed(l time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -53,6 +53,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 	tracker := newTracker(&o, log, pm)
+	if err := pm.WatchPending(tracker.Pending); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 
 	kernel, err := nft.NewKernel()
 	if err != nil {
@@ -114,6 +117,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
 		Now:          time.Now,
+		Served:       pm.Served,
 	}
 	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()
