@@ -17,6 +17,8 @@ import (
 // the same, so existing configuration carries over.
 type Options struct {
 	Manifests      string
+	Kubeconfig     string
+	Master         string
 	NodeName       string
 	Once           bool
 	ProxyName      string
@@ -69,6 +71,7 @@ func (p *prefixList) Set(v string) error {
 func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.StringVar(&o.Manifests, "manifests", "", "directory of Service, EndpointSlice and Node manifests (YAML or JSON, multi-document) to serve; watched for changes")
 	fs.StringVar(&o.NodeName, "node-name", "", "name of this node: its Node object gives the node-port addresses and the zone, and selects local endpoints")
+	fs.StringVar(&o.NodeName, "hostname-override", "", "same as --node-name (kube-proxy's name); required in Kubernetes mode, where the DaemonSet passes spec.nodeName")
 	fs.StringVar(&o.ProxyName, "service-proxy-name", "", "handle only Services labelled service.kubernetes.io/service-proxy-name=<this>; empty: only Services without that label")
 	fs.StringVar(&o.Table, "table", ruleset.DefaultTable, "name of nftproxy's table in each family")
 	fs.StringVar(&o.Families, "ip-families", "ipv4,ipv6", "IP families to program: ipv4, ipv6 or both")
@@ -84,6 +87,8 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	if !daemon {
 		return
 	}
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to watch (Kubernetes mode); in a pod without it, the in-cluster ServiceAccount is used unless --manifests is given")
+	fs.StringVar(&o.Master, "master", "", "API server address; overrides the kubeconfig's server")
 	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", time.Second, "least time between two syncs; changes arriving faster are coalesced")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")

@@ -23,10 +23,18 @@ type source interface {
 	fmt.Stringer
 }
 
-// newSource picks where the model comes from. obs receives the node-port allocator's numbers.
+// newSource picks where the model comes from: manifest files when --manifests is given, else
+// the API server (--kubeconfig, --master, or the pod's in-cluster ServiceAccount). obs receives
+// the node-port allocator's numbers (manifest mode; in a cluster the API server allocates).
 func newSource(o *Options, log logr.Logger, obs allocator.Observer) (source, error) {
+	if o.Manifests != "" && (o.Kubeconfig != "" || o.Master != "") {
+		return nil, errors.New("--manifests and --kubeconfig/--master both given: choose manifest files or an API server")
+	}
+	if o.kubeMode() {
+		return newKubeSource(o, log)
+	}
 	if o.Manifests == "" {
-		return nil, errors.New("--manifests is required: the directory of Service, EndpointSlice and Node manifests to serve")
+		return nil, errors.New("no source: pass --manifests (a directory of Service, EndpointSlice and Node manifests) or --kubeconfig (an API server); in a pod the in-cluster config is used")
 	}
 	a, err := newAssigner(o, log, obs)
 	if err != nil {
