@@ -41,7 +41,7 @@ type profile struct {
 	// fullSync is the daemon's --full-sync-period in the drift scenario.
 	fullSync time.Duration
 	// fuzzFor is how long each fuzz target runs under `go test -fuzz` (0: seed corpus only, as
-	// regular tests).
+	// regular tests). Gathering the seeds' coverage alone takes tens of seconds.
 	fuzzFor time.Duration
 	// bigService is the number of ports of the "10k ports in one Service" hostile input.
 	bigService int
@@ -59,7 +59,7 @@ var (
 		loadKills: []time.Duration{0, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,
 			10 * time.Millisecond, 20 * time.Millisecond},
 		fillers: 2000, churnServices: 10000, churnRate: 1000, churnFor: 60 * time.Second,
-		fullSync: 2 * time.Second, fuzzFor: 30 * time.Second, bigService: 10000}
+		fullSync: 2 * time.Second, fuzzFor: time.Minute, bigService: 10000}
 )
 
 // run is the profile of this run: long when NFTPROXY_SOAK is set.
