@@ -31,22 +31,27 @@ func (o *Options) kubeMode() bool {
 	return o.Manifests == "" && (o.Kubeconfig != "" || o.Master != "" || inCluster())
 }
 
-// restConfig is the API client configuration: --kubeconfig/--master when given, else the pod's
-// in-cluster ServiceAccount.
+// restConfig is the API client configuration: --kubeconfig when given; in a pod, the
+// ServiceAccount's in-cluster config, its address replaced by --master when given (a node
+// without a service proxy cannot reach the API server's ClusterIP yet); else --master alone.
 func (o *Options) restConfig() (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
 	)
-	if o.Kubeconfig != "" || o.Master != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags(o.Master, o.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load --kubeconfig %q / --master %q: %w", o.Kubeconfig, o.Master, err)
-		}
-	} else {
+	switch {
+	case o.Kubeconfig == "" && inCluster():
 		cfg, err = rest.InClusterConfig()
 		if err != nil {
 			return nil, fmt.Errorf("in-cluster API config: %w (outside a pod, pass --kubeconfig)", err)
+		}
+		if o.Master != "" {
+			cfg.Host = o.Master
+		}
+	default:
+		cfg, err = clientcmd.BuildConfigFromFlags(o.Master, o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %q / --master %q: %w", o.Kubeconfig, o.Master, err)
 		}
 	}
 	cfg.UserAgent = "nftproxy/" + Version

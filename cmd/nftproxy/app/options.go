@@ -88,7 +88,7 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 		return
 	}
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to watch (Kubernetes mode); in a pod without it, the in-cluster ServiceAccount is used unless --manifests is given")
-	fs.StringVar(&o.Master, "master", "", "API server address; overrides the kubeconfig's server")
+	fs.StringVar(&o.Master, "master", "", "API server address (https://HOST:PORT); overrides the kubeconfig's server, or in a pod the in-cluster address (needed where no service proxy serves the kubernetes Service yet)")
 	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", time.Second, "least time between two syncs; changes arriving faster are coalesced")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
