@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Go constants name the cache folders; the helper modules decide what is built. They must
+// agree.
+func TestHelperModulesPinVersions(t *testing.T) {
+	tools, err := toolsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		module, require string
+	}{
+		{"kube", "k8s.io/kubernetes " + KubeVersion},
+		{"etcd", "go.etcd.io/etcd/server/v3 " + EtcdVersion},
+	} {
+		t.Run(tc.module, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(tools, tc.module, "go.mod"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), "\t"+tc.require+" ") && !strings.Contains(string(b), "\t"+tc.require+"\n") {
+				t.Errorf("tools/%s/go.mod does not require %q", tc.module, tc.require)
+			}
+		})
+	}
+}
+
+// Every staging module of the pinned release must be replaced by its matching v0 version, or
+// the build resolves k8s.io/kubernetes' relative replace paths and fails.
+func TestKubeStagingPinned(t *testing.T) {
+	tools, err := toolsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(tools, "kube", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "v0." + strings.TrimPrefix(KubeVersion, "v1.")
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 4 && f[1] == "=>" && strings.HasPrefix(f[0], "k8s.io/") {
+			n++
+			if f[2] != f[0] || f[3] != want {
+				t.Errorf("replace %s => %s %s, want %s %s", f[0], f[2], f[3], f[0], want)
+			}
+		}
+	}
+	if n < 30 {
+		t.Errorf("%d staging replaces, want every staging module (31 in v1.34)", n)
+	}
+}
+
+func TestDefaultBinaryName(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"k8s.io/kubernetes/cmd/kube-apiserver": "kube-apiserver",
+		"go.etcd.io/etcd/server/v3":            "server",
+		"example.com/v2tool":                   "v2tool",
+		"example.com/cmd/v":                    "v",
+	} {
+		if got := defaultBinaryName(pkg); got != want {
+			t.Errorf("defaultBinaryName(%q) = %q, want %q", pkg, got, want)
+		}
+	}
+}
+
+func TestCacheRootOverride(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvCache, dir)
+	got, err := CacheRoot()
+	if err != nil || got != dir {
+		t.Errorf("CacheRoot() = %q, %v; want %q", got, err, dir)
+	}
+	t.Setenv(EnvCache, "")
+	t.Setenv("XDG_CACHE_HOME", dir)
+	got, err = CacheRoot()
+	if want := filepath.Join(dir, "nftproxy", "tools"); err != nil || got != want {
+		t.Errorf("CacheRoot() = %q, %v; want %q", got, err, want)
+	}
+}
+
+// A second locker waits while the first holds the lock (here: until its context ends) and gets
+// the lock once it is released.
+func TestLockFileExcludes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	unlock, err := lockFile(context.Background(), path, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var progress strings.Builder
+	if _, err := lockFile(ctx, path, &progress); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock while held: err = %v, want deadline exceeded", err)
+	}
+	if !strings.Contains(progress.String(), "waiting") {
+		t.Errorf("no waiting line in progress output %q", progress.String())
+	}
+	unlock()
+	unlock2, err := lockFile(context.Background(), path, io.Discard)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	unlock2()
+}
+
+// The binaries build (or come from the cache), run, and report the pinned versions; asking
+// again returns the same cached files without building.
+func TestBinariesBuiltAndCached(t *testing.T) {
+	Skip(t)
+	ctx, cancel := testContext(t)
+	defer cancel()
+	first, err := Prepare(ctx, logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress strings.Builder
+	second, err := Prepare(ctx, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second != first {
+		t.Errorf("second call = %+v, want the cached %+v", second, first)
+	}
+	if progress.Len() != 0 {
+		t.Errorf("second call printed %q, want nothing (cache hit)", progress.String())
+	}
+	root, err := CacheRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, arg, want string
+	}{
+		{first.KubeAPIServer, "--version", "Kubernetes " + KubeVersion},
+		{first.KubeProxy, "--version", "Kubernetes " + KubeVersion},
+		{first.Etcd, "--version", "etcd Version: " + strings.TrimPrefix(EtcdVersion, "v")},
+	} {
+		out, err := exec.Command(tc.path, tc.arg).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s %s: %v: %s", tc.path, tc.arg, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %s = %q, want it to contain %q", tc.path, tc.arg, out, tc.want)
+		}
+		if os.Getenv(EnvEtcd) == "" && !strings.HasPrefix(tc.path, root+string(filepath.Separator)) {
+			t.Errorf("%s is not under the cache root %s", tc.path, root)
+		}
+	}
+}

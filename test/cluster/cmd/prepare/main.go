@@ -1,0 +1,40 @@
+// Command prepare builds (or finds in the cache) the binaries the integration tier runs:
+// kube-apiserver, kube-proxy and etcd. CI runs it before `go test` so the first build, which
+// takes minutes, is reported on its own line and does not count against a test timeout.
+//
+//	go run ./test/cluster/cmd/prepare [-timeout 45m]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/cluster"
+)
+
+func main() {
+	timeout := flag.Duration("timeout", 45*time.Minute, "give up after this long")
+	flag.Parse()
+	if os.Getenv("NFTPROXY_UNIT_ONLY") != "" || os.Getenv("NFTPROXY_SKIP_CLUSTER") != "" {
+		fmt.Println("cluster tier skipped (NFTPROXY_UNIT_ONLY or NFTPROXY_SKIP_CLUSTER set): nothing to build")
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	start := time.Now()
+	paths, err := cluster.Prepare(ctx, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "prepare:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("cluster binaries ready in %s (Kubernetes %s, etcd %s):\n  %s\n  %s\n  %s\n",
+		time.Since(start).Round(time.Millisecond), cluster.KubeVersion, cluster.EtcdVersion,
+		paths.KubeAPIServer, paths.KubeProxy, paths.Etcd)
+}
