@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -279,5 +280,37 @@ func TestWatchSeesRewrite(t *testing.T) {
 	}
 	if len(loads) > 3 {
 		t.Fatalf("%d loads for one rewrite; want the burst debounced", len(loads))
+	}
+}
+
+// A directory that keeps changing faster than DebounceInterval is still reloaded, at least every
+// MaxReloadDelay, instead of never (a generator rewriting files all the time).
+func TestWatchReloadsDuringSteadyChurn(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"svc.yaml": goodYAML})
+	ctx, cancel := context.WithCancel(context.Background())
+	reloads := make(chan struct{}, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- Watch(ctx, dir, logr.Discard(), func(Objects, []FileError) { reloads <- struct{}{} })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch returned %v; want nil after cancel", err)
+		}
+	}()
+	<-reloads // the initial load
+	// Rewrite every 20 ms (well under DebounceInterval) for 3*MaxReloadDelay: no quiet gap.
+	stop := time.Now().Add(3 * MaxReloadDelay)
+	n := 0
+	for time.Now().Before(stop) {
+		n++
+		writeFiles(t, dir, map[string]string{"other.yaml": fmt.Sprintf("# rewrite %d\n", n)})
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := len(reloads)
+	if got < 2 {
+		t.Fatalf("%d reloads during %d rewrites over %v without a quiet gap; want at least 2 (one per MaxReloadDelay)", got, n, 3*MaxReloadDelay)
 	}
 }

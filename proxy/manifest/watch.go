@@ -15,6 +15,11 @@ import (
 // editor's save (write, rename, chmod) or a ConfigMap update costs one reload.
 const DebounceInterval = 100 * time.Millisecond
 
+// MaxReloadDelay caps the wait from the first event of a burst to the reload: a directory that
+// never stops changing (a generator rewriting files all the time) is still reloaded this often,
+// instead of never.
+const MaxReloadDelay = time.Second
+
 // Watch loads dir, calls onChange with the result, then calls it again with a complete new load
 // after every burst of changes in the directory, until ctx is cancelled. Any event except a
 // bare chmod triggers a reload (cheap, and it catches ConfigMap symlink swaps). onChange is
@@ -39,6 +44,18 @@ func Watch(ctx context.Context, dir string, logger logr.Logger, onChange func(Ob
 	timer := time.NewTimer(DebounceInterval)
 	timer.Stop()
 	defer timer.Stop()
+	var burstStart time.Time // first event not yet reloaded; zero when none waits
+	arm := func() {
+		now := time.Now()
+		if burstStart.IsZero() {
+			burstStart = now
+		}
+		wait := DebounceInterval
+		if left := MaxReloadDelay - now.Sub(burstStart); left < wait {
+			wait = max(left, 0)
+		}
+		timer.Reset(wait)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -50,14 +67,15 @@ func Watch(ctx context.Context, dir string, logger logr.Logger, onChange func(Ob
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
-			timer.Reset(DebounceInterval)
+			arm()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return fmt.Errorf("watch manifest directory %s: error channel closed", dir)
 			}
 			logger.Error(err, "Manifest directory watch error; reloading", "dir", dir)
-			timer.Reset(DebounceInterval)
+			arm()
 		case <-timer.C:
+			burstStart = time.Time{}
 			reload()
 		}
 	}
