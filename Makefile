@@ -5,7 +5,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 
-.PHONY: all build deps test unit lint e2e bench demo clean
+.PHONY: all build deps test unit lint e2e soak bench demo clean
 
 all: build
 
@@ -33,6 +33,11 @@ test: deps lint build
 ## e2e: only the packet-level end-to-end tier
 e2e: deps build
 	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
+
+## soak: fault-tolerance scenarios, long profile (restart under traffic, drift, 10k-Service churn,
+## hostile input, kernel errors, bounded fuzzing); prints a table of figures (needs root)
+soak: deps build
+	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m ./test/soak/
 
 ## bench: benchmarks and the report
 bench: build
