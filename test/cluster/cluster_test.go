@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,5 +175,32 @@ func TestStopRestartKeepsObjects(t *testing.T) {
 	}
 	if got.UID != svc.UID || got.Spec.ClusterIP != svc.Spec.ClusterIP {
 		t.Errorf("after restart: uid %s clusterIP %s, want %s %s", got.UID, got.Spec.ClusterIP, svc.UID, svc.Spec.ClusterIP)
+	}
+}
+
+// A server that cannot start fails Start at once (not at the timeout) with its own words.
+func TestAPIServerStartFailureShowsLog(t *testing.T) {
+	Skip(t)
+	ctx := ctxFor(t)
+	paths, err := Binaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Binaries: paths, dir: t.TempDir(), relays: map[string]*relay{}}
+	t.Cleanup(func() {
+		_ = c.apiserver.stop(stopGrace)
+		_ = c.etcd.stop(stopGrace)
+	})
+	err = c.start(ctx, Options{APIServerArgs: []string{"--no-such-flag"}})
+	if err == nil {
+		t.Fatal("start with an unknown flag succeeded")
+	}
+	for _, want := range []string{"kube-apiserver exited before it was ready", "unknown flag: --no-such-flag", "kube-apiserver.log"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q\nwant it to contain %q", err, want)
+		}
+	}
+	if c.apiserver.running() || !c.etcd.running() {
+		t.Errorf("after a failed start: apiserver running %v, etcd running %v; want false, true (etcd stops at cleanup)", c.apiserver.running(), c.etcd.running())
 	}
 }
