@@ -1,0 +1,220 @@
+package k8s
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// probe dials s from client-1 and checks which pods answer (none: wantPods empty means the
+// packet must go unanswered, as a Service nftproxy does not handle).
+func (e *env) probe(s svc, wantPods ...int) {
+	e.t.Helper()
+	r := e.lab.Client(1).Dial(e.ctx, "tcp", s.vip())
+	if len(wantPods) == 0 {
+		if r.Outcome == lab.Replied {
+			e.t.Errorf("%s (%s): got %v, want no answer", s.name, s.vip(), r)
+		}
+		return
+	}
+	var names []string
+	for _, n := range wantPods {
+		names = append(names, e.lab.Pod(n).Name)
+	}
+	if r.Outcome != lab.Replied || !slices.Contains(names, r.Reply.Pod) {
+		e.t.Errorf("%s (%s): got %v, want a reply from one of %v", s.name, s.vip(), r, names)
+	}
+}
+
+func TestServicesFromTheAPIAreProgrammed(t *testing.T) {
+	e := newEnv(t, nil)
+	web := svc{name: "web", ip: 10, pods: []int{1}}
+	theirs := svc{name: "theirs", ip: 11, pods: []int{1}, labels: map[string]string{annotation.ServiceProxyNameLabel: "other"}}
+	e.createService(theirs)
+	e.createService(web)
+	e.waitProgrammed(web)
+	if got := e.healthz(); !strings.Contains(got, " 200 ") {
+		t.Errorf("/healthz after the first sync: got %q, want 200", got)
+	}
+
+	steps := []struct {
+		name string
+		pods []int
+	}{
+		{"first endpoint", []int{1}},
+		{"endpoint moves to pod-2", []int{2}},
+		{"both pods", []int{1, 2}},
+	}
+	outer := t
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			e.t = t
+			defer func() { e.t = outer }()
+			e.setEndpoints(web, st.pods...)
+			e.waitFor("endpoints "+e.lab.Pod(st.pods[0]).Name, func(rs string) bool { return hasExactly(rs, st.pods) })
+			for range 2 * len(st.pods) {
+				e.probe(web, st.pods...)
+			}
+		})
+	}
+	// Programmed after theirs was created, so theirs has been seen and skipped.
+	if rs := e.ruleset(); strings.Contains(rs, theirs.marker()) {
+		t.Errorf("a Service labelled for proxy %q is programmed; ruleset:\n%s", "other", rs)
+	}
+	e.probe(theirs)
+}
+
+// hasExactly reports whether the ruleset DNATs to exactly the given pods' IPv4 addresses.
+func hasExactly(rs string, pods []int) bool {
+	for n := 1; n <= 2; n++ {
+		if strings.Contains(rs, lab.PodIPv4(n).String()) != slices.Contains(pods, n) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestServiceProxyNameLabel(t *testing.T) {
+	e := newEnv(t, map[string]string{"service-proxy-name": "nftproxy"})
+	ours := svc{name: "ours", ip: 20, pods: []int{1}, labels: map[string]string{annotation.ServiceProxyNameLabel: "nftproxy"}}
+	plain := svc{name: "plain", ip: 21, pods: []int{2}}
+	e.createService(plain)
+	e.createService(ours)
+	e.waitProgrammed(ours)
+	if rs := e.ruleset(); strings.Contains(rs, plain.marker()) {
+		t.Errorf("with --service-proxy-name=nftproxy an unlabelled Service is programmed; ruleset:\n%s", rs)
+	}
+	e.probe(ours, 1)
+	e.probe(plain)
+}
+
+func TestBadAnnotationMakesOneEvent(t *testing.T) {
+	e := newEnv(t, nil)
+	bad := svc{name: "rtp", ip: 30, pods: []int{1}, annotations: map[string]string{annotation.PortRangesKey: "http=80-70"}}
+	good := svc{name: "ok", ip: 31, pods: []int{1}}
+	e.createService(bad)
+	e.createService(good)
+	e.waitProgrammed(good) // a bad Service does not hold the others back
+
+	var got []eventsv1.Event
+	deadline := time.Now().Add(waitBound)
+	for len(got) == 0 {
+		list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range list.Items {
+			if ev.Regarding.Kind == "Service" && ev.Regarding.Name == bad.name {
+				got = append(got, ev)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Event on Service %s after %v", bad.name, waitBound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ev := got[0]
+	if ev.Type != "Warning" || ev.Reason != model.ReasonRangeEndBeforeStart || !strings.Contains(ev.Note, "80-70") {
+		t.Errorf("event: got type %q reason %q note %q, want Warning %s naming 80-70", ev.Type, ev.Reason, ev.Note, model.ReasonRangeEndBeforeStart)
+	}
+	if rs := e.ruleset(); strings.Contains(rs, bad.marker()) {
+		t.Errorf("rejected Service is programmed; ruleset:\n%s", rs)
+	}
+
+	// Endpoint churn on the rejected Service re-syncs but must not repeat the Event: after the
+	// daemon has programmed a later change (so it has seen the churn), still one Event.
+	for _, pods := range [][]int{{2}, {1, 2}, {1}} {
+		e.setEndpoints(bad, pods...)
+	}
+	e.setEndpoints(good, 2)
+	e.waitFor("ok moved to pod-2", func(rs string) bool { return hasExactly(rs, []int{2}) })
+	list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == bad.name {
+			names = append(names, ev.Name)
+		}
+	}
+	if len(names) != 1 {
+		t.Errorf("events on %s after endpoint churn: got %d (%v), want 1", bad.name, len(names), names)
+	}
+}
+
+// TestNetworkProgrammingLatency measures API write -> rule committed in the kernel (seen by
+// polling `nft list ruleset` every few milliseconds) with the DaemonSet's own settings
+// (min-sync-period 1s). Changes are spaced by more than the min sync period, as isolated
+// changes in a quiet cluster; each sample is an upper bound by one poll. A new Service is two
+// writes (Service, then EndpointSlice): the first is programmed at once (no endpoints yet:
+// reject), the second waits for the min sync period, as in kube-proxy.
+func TestNetworkProgrammingLatency(t *testing.T) {
+	e := newEnv(t, nil)
+	first := svc{name: "lat-0", ip: 40, pods: []int{1}}
+	e.createService(first)
+	e.waitFor(first.name+" with its endpoint", func(rs string) bool { return chainHasOnly(rs, first, first.pods) })
+
+	const samples = 8
+	var seen, created, moved []time.Duration
+	for i := 1; i <= samples; i++ {
+		time.Sleep(1100 * time.Millisecond) // let the min sync period pass
+		s := svc{name: fmt.Sprintf("lat-%d", i), ip: 40 + i, pods: []int{1}}
+		start := time.Now()
+		e.createService(s)
+		e.waitProgrammed(s)
+		seen = append(seen, time.Since(start))
+		// Both objects: the Service's chain DNATs to its endpoint.
+		e.waitFor(s.name+" with its endpoint", func(rs string) bool { return chainHasOnly(rs, s, s.pods) })
+		created = append(created, time.Since(start))
+
+		time.Sleep(1100 * time.Millisecond)
+		pods := []int{1 + i%2}
+		start = time.Now()
+		e.setEndpoints(first, pods...)
+		e.waitFor("lat-0 endpoint", func(rs string) bool { return chainHasOnly(rs, first, pods) })
+		moved = append(moved, time.Since(start))
+	}
+	t.Logf("network programming latency, new Service, first rules (%d samples): %s", samples, summary(seen))
+	t.Logf("network programming latency, new Service + EndpointSlice, endpoint programmed (%d samples): %s", samples, summary(created))
+	t.Logf("network programming latency, EndpointSlice endpoint change (%d samples): %s", samples, summary(moved))
+	e.probe(first, 1+samples%2)
+}
+
+// chainHasOnly reports whether the rules of s's service chain name exactly the pods' addresses.
+func chainHasOnly(rs string, s svc, pods []int) bool {
+	i := strings.Index(rs, "chain svc-")
+	for i >= 0 {
+		end := strings.Index(rs[i:], "\n\t}")
+		if end < 0 {
+			return false
+		}
+		chain := rs[i : i+end]
+		if strings.Contains(chain, testNS+"/"+s.name+"/") {
+			return hasExactly(chain, pods)
+		}
+		next := strings.Index(rs[i+end:], "chain svc-")
+		if next < 0 {
+			return false
+		}
+		i = i + end + next
+	}
+	return false
+}
+
+func summary(d []time.Duration) string {
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	r := func(x time.Duration) string { return x.Round(time.Millisecond).String() }
+	return "min " + r(s[0]) + ", median " + r(s[len(s)/2]) + ", max " + r(s[len(s)-1])
+}
