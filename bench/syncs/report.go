@@ -111,6 +111,16 @@ func Markdown(w io.Writer, cfg Config, res Results) {
 					fmtBytes(int(medianDur(bytes))))
 				continue
 			}
+			if isChain(ph) {
+				fmt.Fprintf(w, "| %s | %s | – | – | %s | %s | %s | %s | %d | %s |\n", ph,
+					cell(ss, func(s Sample) time.Duration { return s.Total }),
+					cell(ss, func(s Sample) time.Duration { return s.Encode }),
+					cell(ss, func(s Sample) time.Duration { return s.Kernel }),
+					cell(ss, func(s Sample) time.Duration { return s.User }),
+					cell(ss, func(s Sample) time.Duration { return s.Sys }),
+					int(medianDur(ops)), fmtBytes(int(medianDur(bytes))))
+				continue
+			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", ph,
 				cell(ss, func(s Sample) time.Duration { return s.Total }),
 				cell(ss, func(s Sample) time.Duration { return s.Go }),
@@ -122,4 +132,13 @@ func Markdown(w io.Writer, cfg Config, res Results) {
 				int(medianDur(ops)), fmtBytes(int(medianDur(bytes))))
 		}
 	}
+}
+
+func isChain(ph Phase) bool {
+	for _, c := range ChainPhases {
+		if c == ph {
+			return true
+		}
+	}
+	return false
 }

@@ -8,13 +8,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 
+	"github.com/nftproxy/nftproxy/bench/chains"
 	"github.com/nftproxy/nftproxy/bench/workload"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
@@ -31,10 +34,20 @@ const (
 	EndpointsX  Phase = "partial: 100 endpoints changed (100 Services)"
 	NewService  Phase = "partial: 1 new Service"
 	NftText     Phase = "nft -f of the same full ruleset"
+	// The per-endpoint-chain layout (bench/chains), applied our way: one netlink batch each.
+	ChainFull        Phase = "per-endpoint chains: full sync"
+	ChainOneEndpoint Phase = "per-endpoint chains: 1 endpoint changed"
+	ChainEndpointsX  Phase = "per-endpoint chains: 100 endpoints changed"
+	ChainNewService  Phase = "per-endpoint chains: 1 new Service"
 )
 
 // Phases lists the phases in table order.
-var Phases = []Phase{Full, Restart, OneEndpoint, EndpointsX, NewService, NftText}
+var Phases = []Phase{Full, Restart, OneEndpoint, EndpointsX, NewService, NftText,
+	ChainFull, ChainOneEndpoint, ChainEndpointsX, ChainNewService}
+
+// ChainPhases are the per-endpoint-chain layout's phases; their Go time (building, transforming
+// and diffing the whole ruleset in this benchmark, not a real proxy's code) is not measured.
+var ChainPhases = []Phase{ChainFull, ChainOneEndpoint, ChainEndpointsX, ChainNewService}
 
 // Sample is one phase of one run.
 type Sample struct {
@@ -62,8 +75,20 @@ type Config struct {
 	Sizes     []int // Services
 	Endpoints int   // per Service port
 	Runs      int
-	Seed      int64
-	Log       io.Writer // one line per sample, when set
+	// RunsAt lowers Runs for a size (e.g. 50k, where one run takes minutes).
+	RunsAt map[int]int
+	Seed   int64
+	// NoChains skips the per-endpoint-chain layout.
+	NoChains bool
+	Log      io.Writer // one line per sample, when set
+}
+
+// runs is the number of runs for size.
+func (c Config) runs(size int) int {
+	if n, ok := c.RunsAt[size]; ok {
+		return n
+	}
+	return c.Runs
 }
 
 // Results holds, per size, every phase's samples.
@@ -124,12 +149,15 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	out := Results{}
 	for _, size := range cfg.Sizes {
 		out[size] = map[Phase][]Sample{}
-		for r := 0; r < cfg.Runs; r++ {
+		for r := 0; r < cfg.runs(size); r++ {
 			samples, err := runOnce(ctx, cfg, size, cfg.Seed+int64(r))
 			if err != nil {
 				return out, fmt.Errorf("%d services, run %d: %w", size, r, err)
 			}
 			for _, ph := range Phases {
+				if _, ok := samples[ph]; !ok {
+					continue
+				}
 				out[size][ph] = append(out[size][ph], samples[ph])
 				if cfg.Log != nil {
 					s := samples[ph]
@@ -188,6 +216,7 @@ func runOnce(ctx context.Context, cfg Config, size int, churnSeed int64) (map[Ph
 	}
 	// Churn is drawn from its own seed so runs differ in which Services change.
 	w.Reseed(churnSeed)
+	versions := [][]*model.Service{append([]*model.Service(nil), w.Services...)}
 	steps := []struct {
 		ph     Phase
 		change func()
@@ -198,11 +227,52 @@ func runOnce(ctx context.Context, cfg Config, size int, churnSeed int64) (map[Ph
 	}
 	for _, st := range steps {
 		st.change()
+		versions = append(versions, append([]*model.Service(nil), w.Services...))
 		if got[st.ph], err = t2.sync(ctx, p2); err != nil {
 			return nil, fmt.Errorf("%s: %w", st.ph, err)
 		}
 	}
+	if !cfg.NoChains {
+		if err := chainLayout(ctx, b, w.Node, versions, got); err != nil {
+			return nil, fmt.Errorf("per-endpoint chains: %w", err)
+		}
+	}
 	return got, nil
+}
+
+// chainLayout applies the same workload, version after version, in the per-endpoint-chain layout
+// to a fresh namespace: the full ruleset, then each change as a diff. Only the Apply is timed.
+func chainLayout(ctx context.Context, b *ruleset.Builder, node *model.Node, versions [][]*model.Service, got map[Phase]Sample) error {
+	ns, err := netns.Create("nftp-chains")
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	k, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	var prev *nft.Ruleset
+	for i, ph := range ChainPhases {
+		rs := chains.Transform(b.Ruleset(node, versions[i]), 0x4000)
+		tx := chains.Full(rs)
+		if prev != nil {
+			tx = chains.Diff(prev, rs)
+		}
+		runtime.GC() // the rulesets of this layout are large: keep their garbage out of the timing
+		u0, s0 := cpuTimes()
+		start := time.Now()
+		st, err := k.Apply(ctx, tx)
+		total := time.Since(start)
+		u1, s1 := cpuTimes()
+		if err != nil {
+			return fmt.Errorf("%s: %w", ph, err)
+		}
+		got[ph] = Sample{Total: total, Encode: total - st.Duration, Kernel: st.Duration, User: u1 - u0, Sys: s1 - s0, Ops: st.Ops, Bytes: st.Bytes}
+		prev = rs
+	}
+	return nil
 }
 
 // loadText renders the full ruleset and loads it with `nft -f` into a fresh namespace; Go is the

@@ -31,6 +31,15 @@ func TestQuick(t *testing.T) {
 			t.Errorf("%s: %d ops, want more than 0 and fewer than the full sync's %d", ph, got, full.Ops)
 		}
 	}
+	chainFull := r[ChainFull][0]
+	if chainFull.Ops <= full.Ops {
+		t.Errorf("per-endpoint chains: full sync sent %d ops, want more than nftproxy's %d (a chain and two rules per endpoint)", chainFull.Ops, full.Ops)
+	}
+	for _, ph := range []Phase{ChainOneEndpoint, ChainEndpointsX, ChainNewService} {
+		if got := r[ph][0].Ops; got == 0 || got >= chainFull.Ops {
+			t.Errorf("%s: %d ops, want more than 0 and fewer than the layout's full sync's %d", ph, got, chainFull.Ops)
+		}
+	}
 }
 
 // BenchmarkSync is the `make bench` entry point: one run of every phase per iteration, each
