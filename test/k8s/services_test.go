@@ -218,3 +218,28 @@ func summary(d []time.Duration) string {
 	r := func(x time.Duration) string { return x.Round(time.Millisecond).String() }
 	return "min " + r(s[0]) + ", median " + r(s[len(s)/2]) + ", max " + r(s[len(s)-1])
 }
+
+// TestAPIServerOutage stops the API server under a running daemon: the programmed rules keep
+// serving, and once it is back, a change made then is programmed (the informers re-list).
+func TestAPIServerOutage(t *testing.T) {
+	e := newEnv(t, nil)
+	web := svc{name: "web", ip: 50, pods: []int{1}}
+	e.createService(web)
+	e.waitFor("web with its endpoint", func(rs string) bool { return chainHasOnly(rs, web, web.pods) })
+
+	if err := e.c.Stop(); err != nil {
+		// Killed after its grace period (open watches keep it busy): down all the same.
+		t.Logf("stop API server: %v", err)
+	}
+	if e.c.Running() {
+		t.Fatal("API server still running after Stop")
+	}
+	e.probe(web, 1)
+	if err := e.c.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.probe(web, 1)
+	e.setEndpoints(web, 2)
+	e.waitFor("web moved to pod-2 after the outage", func(rs string) bool { return chainHasOnly(rs, web, []int{2}) })
+	e.probe(web, 2)
+}
