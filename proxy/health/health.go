@@ -1,6 +1,7 @@
 // Package health serves /healthz and /livez with kube-proxy's semantics: /healthz fails while a
 // change waits too long to be programmed (or syncs keep failing, or none has succeeded yet);
-// /livez answers whether the sync loop itself is alive, ignoring node state.
+// /livez answers whether the sync loop itself is alive (no change waiting, no failures, past the
+// timeout), ignoring source readiness and the first sync.
 package health
 
 import (
@@ -42,7 +43,9 @@ func (s *State) healthy(livez bool) (bool, string) {
 	switch {
 	case !livez && s.Ready != nil && !s.Ready():
 		return false, "sources have not delivered their initial state"
-	case last.IsZero():
+	case !livez && last.IsZero():
+		// Not ready before the first sync; but alive: an API server that is down when the node
+		// boots must not make the kubelet restart the proxy in a loop.
 		return false, "no sync has succeeded yet"
 	case !s.FailingSince().IsZero() && now.Sub(s.FailingSince()) > s.Timeout:
 		return false, "syncs have been failing since " + s.FailingSince().UTC().Format(time.RFC3339)

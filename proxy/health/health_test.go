@@ -19,7 +19,8 @@ func TestHealth(t *testing.T) {
 		healthz, livez   int
 	}{
 		{"healthy", at(-time.Second), zero, zero, true, 200, 200},
-		{"never synced", zero, zero, zero, true, 503, 503},
+		{"never synced: not ready, but alive", zero, zero, zero, true, 503, 200},
+		{"never synced, a change waiting too long", zero, zero, at(-2 * time.Minute), true, 503, 503},
 		{"sources not ready", at(-time.Second), zero, zero, false, 503, 200},
 		{"change waiting too long", at(-2 * time.Minute), zero, at(-2 * time.Minute), true, 503, 503},
 		{"change waiting a little", at(-time.Second), zero, at(-time.Second), true, 200, 200},
