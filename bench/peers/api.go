@@ -1,0 +1,107 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftproxy/nftproxy/bench/workload"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// ProbeNamespace holds the Services the campaign changes while it measures.
+const ProbeNamespace = "bench-probe"
+
+// Populate creates the workload's namespaces and Node, and Services + EndpointSlices from index
+// from to index to (exclusive), with workers in parallel.
+func Populate(ctx context.Context, cs kubernetes.Interface, w *workload.Workload, from, to, workers int) error {
+	for _, ns := range append(w.Namespaces(), ProbeNamespace) {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, w.NodeObject(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("node: %w", err)
+	}
+	idx := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range idx {
+				if err := CreateService(ctx, cs, w.Services[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := from; i < to; i++ {
+		select {
+		case idx <- i:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(idx)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errs:
+		default:
+		}
+	}
+	return err
+}
+
+// CreateService creates s's Service and EndpointSlice (already existing ones are kept).
+func CreateService(ctx context.Context, cs kubernetes.Interface, s *model.Service) error {
+	if _, err := cs.CoreV1().Services(s.Key.Namespace).Create(ctx, workload.ServiceObject(s), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("service %s: %w", s.Key, err)
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(s.Key.Namespace).Create(ctx, workload.SliceObject(s, time.Now()), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("endpointslice %s: %w", s.Key, err)
+	}
+	return nil
+}
+
+// DeleteService deletes s's Service and EndpointSlice.
+func DeleteService(ctx context.Context, cs kubernetes.Interface, s *model.Service) error {
+	if err := cs.CoreV1().Services(s.Key.Namespace).Delete(ctx, s.Key.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err := cs.DiscoveryV1().EndpointSlices(s.Key.Namespace).Delete(ctx, s.Key.Name+"-bench", metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// UpdateEndpoints replaces s's EndpointSlice (an unconditional update), stamped with now as the
+// trigger time.
+func UpdateEndpoints(ctx context.Context, cs kubernetes.Interface, s *model.Service) error {
+	_, err := cs.DiscoveryV1().EndpointSlices(s.Key.Namespace).Update(ctx, workload.SliceObject(s, time.Now()), metav1.UpdateOptions{})
+	return err
+}
+
+// ProbeService is a one-port TCP Service (port 80 to 8080) in ProbeNamespace with one endpoint.
+func ProbeService(name string, clusterIP, endpoint netip.Addr) *model.Service {
+	key := model.ServiceKey{Namespace: ProbeNamespace, Name: name}
+	return &model.Service{Key: key, Ports: []model.ServicePort{{
+		Name: model.PortName{Service: key, Port: "http", Protocol: model.TCP}, ClusterIPs: []netip.Addr{clusterIP},
+		Port: 80, PortEnd: 80, TargetPort: 8080,
+		Endpoints: []model.Endpoint{{Addr: endpoint, Port: 8080, Ready: true, Serving: true, NodeName: "node-0"}},
+	}}}
+}

@@ -1,0 +1,259 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftproxy/nftproxy/bench/probe"
+	"github.com/nftproxy/nftproxy/bench/workload"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// Addresses of the probe Services (inside the API server's service range, above the workload's).
+var (
+	probeVIP  = netip.MustParseAddr("198.19.250.1")
+	probeEPs  = []netip.Addr{netip.MustParseAddr("198.18.15.1"), netip.MustParseAddr("198.18.15.2")}
+	newSvcEP  = netip.MustParseAddr("198.18.15.3")
+	newSvcNet = netip.MustParseAddr("198.19.251.0")
+)
+
+// Env is what a campaign needs from outside: the API server's admin clientset and a kubeconfig
+// for a namespace (through a relay).
+type Env struct {
+	Client     kubernetes.Interface
+	Kubeconfig func(t *probe.Topology) (string, error)
+	Log        io.Writer
+}
+
+// Config is one campaign.
+type Config struct {
+	Sizes    []int
+	Peers    []Peer
+	Trials   int           // endpoint changes and new Services per peer and size
+	Connects int           // first-packet connections per peer and size
+	Limit    time.Duration // longest wait for one peer's start-up sync
+	Seed     int64
+}
+
+// Result is one peer at one size.
+type Result struct {
+	Peer     Kind
+	Services int
+	Err      string // why the cell is missing, if it is
+	// FullSync is the peer's first sync by its own metric; StartupToServing is from the
+	// process start until the probe Service answers through it.
+	FullSync, StartupToServing time.Duration
+	StartupSyncs               int // syncs FullSync is the mean of
+	// RestartSync is the first sync of a second process against the programmed kernel.
+	RestartSync time.Duration
+	// EndpointE2E / NewServiceE2E: API write until a new connection reaches the new endpoint /
+	// the new Service. EndpointSync / NewServiceSync: the syncs' duration by the peer's metric.
+	EndpointE2E, EndpointSync, NewServiceE2E, NewServiceSync []time.Duration
+	// OwnProgramming is the peer's kubeproxy_network_programming_duration_seconds per change.
+	OwnProgramming []time.Duration
+	FirstPacket    probe.Latencies
+	Direct         probe.Latencies // the same connections straight to pod addresses (no Service)
+	PeakRSS        int64
+}
+
+func (e Env) logf(format string, a ...any) {
+	if e.Log != nil {
+		fmt.Fprintf(e.Log, format+"\n", a...)
+	}
+}
+
+// Run measures every peer at every size, one peer at a time, against the API server in env.
+func Run(ctx context.Context, env Env, cfg Config) ([]Result, error) {
+	maxSize := 0
+	for _, s := range cfg.Sizes {
+		maxSize = max(maxSize, s)
+	}
+	w := workload.Generate(workload.DefaultSpec(maxSize, 10, cfg.Seed))
+	probeSvc := ProbeService("probe", probeVIP, probeEPs[0])
+	if err := Populate(ctx, env.Client, w, 0, 0, 1); err != nil { // namespaces and the Node
+		return nil, err
+	}
+	if err := CreateService(ctx, env.Client, probeSvc); err != nil {
+		return nil, err
+	}
+	var out []Result
+	have := 0
+	for _, size := range cfg.Sizes {
+		start := time.Now()
+		if err := Populate(ctx, env.Client, w, have, size, 16); err != nil {
+			return out, fmt.Errorf("populate %d: %w", size, err)
+		}
+		env.logf("peers: %d Services in the API server (+%d in %s)", size, size-have, time.Since(start).Round(time.Millisecond))
+		have = size
+		targets := firstPacketTargets(w.Services[:size], 1000)
+		for _, p := range cfg.Peers {
+			r := Result{Peer: p.Kind, Services: size}
+			if err := runPeer(ctx, env, cfg, p, targets, &r); err != nil {
+				r.Err = err.Error()
+				env.logf("peers: %s at %d: %v", p.Kind, size, err)
+			}
+			env.logf("peers: %s at %d: full %v, restart %v, endpoint e2e %v, new service e2e %v, first packet %v",
+				p.Kind, size, r.FullSync, r.RestartSync, r.EndpointE2E, r.NewServiceE2E, r.FirstPacket)
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// firstPacketTargets are up to n ClusterIP:80 of plain TCP Services (no node port, range or all-ports).
+func firstPacketTargets(svcs []*model.Service, n int) []netip.AddrPort {
+	var out []netip.AddrPort
+	step := max(1, len(svcs)/n)
+	for i := 0; i < len(svcs) && len(out) < n; i += step {
+		p := svcs[i].Ports[0]
+		if p.Name.Protocol != model.TCP || p.Port != 80 || p.NodePort != 0 || p.AllPorts || p.IsRange() || p.ClusterIPs[0] == netip.MustParseAddr("198.19.0.1") {
+			continue
+		}
+		out = append(out, netip.AddrPortFrom(p.ClusterIPs[0], 80))
+	}
+	return out
+}
+
+func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.AddrPort, r *Result) (err error) {
+	topo, err := probe.New()
+	if err != nil {
+		return err
+	}
+	defer topo.Close()
+	kc, err := env.Kubeconfig(topo)
+	if err != nil {
+		return err
+	}
+	vip := netip.AddrPortFrom(probeVIP, 80)
+	proc, err := Start(topo.Node, p, kc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			env.logf("peers: %s output:\n%s", p.Kind, tail(proc.Output(), 3000))
+		}
+		proc.Stop()
+	}()
+	if r.StartupToServing, err = topo.WaitReply(vip, "", proc.Started, cfg.Limit); err != nil {
+		return fmt.Errorf("start-up: %w", err)
+	}
+	m, err := waitQuiet(topo, proc, 2*time.Second, cfg.Limit)
+	if err != nil {
+		return err
+	}
+	// The mean of the syncs up to start-up quiet: the first one when the peer synced once.
+	r.FullSync, r.StartupSyncs = delta(Metrics{}, m, syncMetric)
+	// Endpoint changes: the probe Service's one endpoint moves between two addresses.
+	svc := ProbeService("probe", probeVIP, probeEPs[0])
+	for i := 0; i < cfg.Trials; i++ {
+		ep := probeEPs[(i+1)%2]
+		svc.Ports[0].Endpoints[0].Addr = ep
+		before := m
+		t0 := time.Now()
+		if err := UpdateEndpoints(ctx, env.Client, svc); err != nil {
+			return err
+		}
+		e2e, err := topo.WaitReply(vip, ep.String(), t0, cfg.Limit)
+		if err != nil {
+			return fmt.Errorf("endpoint change %d: %w", i, err)
+		}
+		if m, err = waitQuiet(topo, proc, 1500*time.Millisecond, cfg.Limit); err != nil {
+			return err
+		}
+		syncD, _ := delta(before, m, syncMetric)
+		own, _ := delta(before, m, programmingMetric)
+		r.EndpointE2E, r.EndpointSync, r.OwnProgramming = append(r.EndpointE2E, e2e), append(r.EndpointSync, syncD), append(r.OwnProgramming, own)
+	}
+	// Leave the probe as it was for the next peer.
+	svc.Ports[0].Endpoints[0].Addr = probeEPs[0]
+	if err := UpdateEndpoints(ctx, env.Client, svc); err != nil {
+		return err
+	}
+	if m, err = waitQuiet(topo, proc, 1500*time.Millisecond, cfg.Limit); err != nil {
+		return err
+	}
+	// New Services, removed again afterwards.
+	var created []*model.Service
+	defer func() {
+		for _, s := range created {
+			_ = DeleteService(context.Background(), env.Client, s)
+		}
+	}()
+	for i := 0; i < cfg.Trials; i++ {
+		b := newSvcNet.As4()
+		b[3] = byte(i + 1)
+		s := ProbeService(fmt.Sprintf("new-%d", i), netip.AddrFrom4(b), newSvcEP)
+		before := m
+		t0 := time.Now()
+		if err := CreateService(ctx, env.Client, s); err != nil {
+			return err
+		}
+		created = append(created, s)
+		e2e, err := topo.WaitReply(netip.AddrPortFrom(s.Ports[0].ClusterIPs[0], 80), newSvcEP.String(), t0, cfg.Limit)
+		if err != nil {
+			return fmt.Errorf("new service %d: %w", i, err)
+		}
+		if m, err = waitQuiet(topo, proc, 1500*time.Millisecond, cfg.Limit); err != nil {
+			return err
+		}
+		syncD, _ := delta(before, m, syncMetric)
+		r.NewServiceE2E, r.NewServiceSync = append(r.NewServiceE2E, e2e), append(r.NewServiceSync, syncD)
+	}
+	// First packet: ClusterIPs of the workload, then the same number of connections straight to pods.
+	if r.FirstPacket, err = topo.Connect(targets, cfg.Connects, time.Second); err != nil {
+		return err
+	}
+	direct := []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("198.18.16.1"), probe.ServerPort)}
+	if r.Direct, err = topo.Connect(direct, cfg.Connects, time.Second); err != nil {
+		return err
+	}
+	r.PeakRSS = proc.PeakRSS()
+	// Restart against the programmed kernel.
+	proc.Stop()
+	if proc, err = Start(topo.Node, p, kc); err != nil {
+		return err
+	}
+	if m, err = waitQuiet(topo, proc, 2*time.Second, cfg.Limit); err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	r.RestartSync, _ = delta(Metrics{}, m, syncMetric)
+	return nil
+}
+
+// waitQuiet waits until the peer has synced at least once and its sync count has not moved for
+// quiet, and returns the last scrape.
+func waitQuiet(topo *probe.Topology, proc *Proc, quiet, limit time.Duration) (Metrics, error) {
+	deadline := time.Now().Add(limit)
+	var last Metrics
+	stable := time.Now()
+	for time.Now().Before(deadline) {
+		if ok, err := proc.Exited(); ok {
+			return nil, fmt.Errorf("%s exited: %v", proc.Peer.Kind, err)
+		}
+		m, err := Scrape(topo.Node)
+		if err == nil {
+			if last == nil || m.Syncs() != last.Syncs() {
+				stable = time.Now()
+			}
+			last = m
+			if m.Syncs() > 0 && time.Since(stable) >= quiet {
+				return m, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("%s: no quiet sync state within %s", proc.Peer.Kind, limit)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

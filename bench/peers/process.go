@@ -1,0 +1,189 @@
+// Package peers runs service proxies side by side against one real API server: nftproxy in
+// Kubernetes mode and upstream kube-proxy in nftables and iptables modes, each alone in the node
+// namespace of a bench/probe topology. It times them the same way from outside (API write to
+// the first packet reaching the new endpoint) and through the sync metrics they all export.
+package peers
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// Kind names a peer.
+type Kind string
+
+// Peers.
+const (
+	NFTProxy           Kind = "nftproxy"
+	KubeProxyNFTables  Kind = "kube-proxy nftables"
+	KubeProxyIPTables  Kind = "kube-proxy iptables"
+	metricsAddr             = "127.0.0.1:10249"
+	healthzAddr             = "127.0.0.1:10256"
+	syncMetric              = "kubeproxy_sync_proxy_rules_duration_seconds"
+	programmingMetric       = "kubeproxy_network_programming_duration_seconds"
+	minSyncPeriod           = "1s"
+	nodeName                = "bench-node"
+	outputLimit             = 64 << 10
+)
+
+// Peer is one proxy and its binary.
+type Peer struct {
+	Kind   Kind
+	Binary string
+}
+
+// args are the peer's flags: same node name, metrics address and minimum sync period for all.
+func (p Peer) args(kubeconfig string) []string {
+	common := []string{"--kubeconfig", kubeconfig, "--hostname-override", nodeName, "--metrics-bind-address", metricsAddr,
+		"--healthz-bind-address", healthzAddr, "--min-sync-period", minSyncPeriod}
+	switch p.Kind {
+	case NFTProxy:
+		return append([]string{p.Binary, "run", "--ip-families", "ipv4"}, common...)
+	case KubeProxyNFTables, KubeProxyIPTables:
+		mode := "nftables"
+		if p.Kind == KubeProxyIPTables {
+			mode = "iptables"
+		}
+		return append([]string{p.Binary, "--proxy-mode", mode, "--conntrack-max-per-core=0", "--v=1"}, common...)
+	}
+	return nil
+}
+
+// Proc is a running peer.
+type Proc struct {
+	Peer    Peer
+	Started time.Time
+	cmd     *exec.Cmd
+	out     *limited
+	done    chan error
+}
+
+// limited keeps the first outputLimit bytes of a process's output.
+type limited struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := outputLimit - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (l *limited) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Start runs p in ns ("ip netns exec" execs the binary, so the pid is the peer's own).
+func Start(ns *netns.NS, p Peer, kubeconfig string) (*Proc, error) {
+	cmd := ns.Command(p.args(kubeconfig)...)
+	pr := &Proc{Peer: p, cmd: cmd, out: &limited{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = pr.out, pr.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pr.Started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", p.Kind, err)
+	}
+	go func() { pr.done <- cmd.Wait() }()
+	return pr, nil
+}
+
+// Exited reports whether the process has ended, with its error.
+func (pr *Proc) Exited() (bool, error) {
+	select {
+	case err := <-pr.done:
+		pr.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// Output is the start of what the peer logged.
+func (pr *Proc) Output() string { return pr.out.String() }
+
+// PeakRSS is the process's peak resident set (VmHWM) in bytes, 0 if unknown.
+func (pr *Proc) PeakRSS() int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pr.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// Stop sends SIGTERM, waits up to 20 s, then kills. Only this process (and its group) is signalled.
+func (pr *Proc) Stop() {
+	if ok, _ := pr.Exited(); ok {
+		return
+	}
+	_ = pr.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-pr.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL)
+		<-pr.done
+	}
+}
+
+// Metrics are a scrape: every sample summed over its labels, by name (e.g. "x_sum", "x_count").
+type Metrics map[string]float64
+
+// Scrape reads the peer's /metrics from inside ns.
+func Scrape(ns *netns.NS) (Metrics, error) {
+	out, err := ns.Run("curl", "-sf", "--max-time", "10", "http://"+metricsAddr+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	m := Metrics{}
+	for _, line := range strings.Split(out, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest, _ := strings.Cut(line, " ")
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			name, rest = line[:i], strings.TrimSpace(line[j+1:])
+		}
+		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err != nil {
+			continue
+		}
+		m[name] += v
+	}
+	return m, nil
+}
+
+// Syncs is the number of syncs the peer has counted.
+func (m Metrics) Syncs() float64 { return m[syncMetric+"_count"] }
+
+// delta is the mean of a histogram's observations between two scrapes, and their number.
+func delta(before, after Metrics, name string) (time.Duration, int) {
+	n := after[name+"_count"] - before[name+"_count"]
+	if n <= 0 {
+		return 0, 0
+	}
+	return time.Duration((after[name+"_sum"] - before[name+"_sum"]) / n * float64(time.Second)), int(n)
+}

@@ -1,0 +1,53 @@
+package report
+
+// The report's fixed prose: how each figure is taken. It changes only with the code.
+
+const methodText = `
+## Method
+
+Everything runs as root inside network namespaces the benchmark creates and removes
+(addresses from 198.18.0.0/15); nothing touches the host's own namespace. Times are medians
+with [min–max] over the runs; a ratio compares two medians taken in the same campaign. The
+machine is a shared VM: trust ratios and orders of magnitude more than the last digit.
+`
+
+const syncMethodText = `Each run takes fresh namespaces, the seeded workload (bench/workload: 30% NodePort, 1%
+100-port UDP ranges, 0.5% all-ports, 10% with a second UDP port; 10 endpoints per port) and the
+real proxier (proxy/proxier) over the kernel. *Full sync* is a new proxier's first sync into an
+empty namespace; *restart* is a second proxier against the programmed kernel (read-back and
+diff); then partial syncs after 1 endpoint change, after 100 endpoint changes (in 100
+Services) and after one new Service. Columns: *our Go* is building and diffing, *read-back* the
+kernel dump, *encode* the batch encoding, *kernel apply* from the first byte sent to the
+kernel's answer (its commit); *CPU user/sys* are the process's own CPU (sys is mostly the
+kernel's work for our netlink traffic). *nft -f* loads the identical ruleset as text into
+another fresh namespace (what knftables-based proxies do). *Per-endpoint chains* is the same
+workload, version by version, in the layout kube-proxy's nftables mode used until 1.35 (one
+chain per endpoint with a hairpin rule and a DNAT rule, the Service chain picking one with
+numgen + goto; built by bench/chains from nftproxy's own ruleset) applied our way, one netlink
+batch; partial syncs flush and rewrite changed chains, add and delete chains, diff set elements,
+as upstream's partial sync does. Only its apply is timed.
+`
+
+const peersMethodText = `One etcd + kube-apiserver (built from the Go module proxy, test/cluster) holds the workload as
+Services + EndpointSlices (created through the API by bench/peers) and a Node object. Each peer
+runs alone, in turn, in the node namespace of a fresh client/node/backend topology
+(bench/probe), watching that API server through a relay, with the same node name, metrics
+address and --min-sync-period 1s (kube-proxy also gets --conntrack-max-per-core=0). The
+backend namespace owns every pod address (local routes) and answers on port 8080 with the
+address a connection reached.
+
+- *full sync (own metric)*: kubeproxy_sync_proxy_rules_duration_seconds (nftproxy exports the
+  same name) once the peer is quiet after start-up (no new sync for 2 s); the mean of those
+  syncs when there were several.
+- *start-up to serving*: process start until a ClusterIP answers through it.
+- *endpoint change: API→packet*: the probe Service's only endpoint is moved with an
+  EndpointSlice update; the time from the API call until a new connection from the client
+  reaches the new address (a new connection every ms). Same for a *new Service*. This is the
+  network-programming latency measured the same way for every peer; *own programming metric*
+  is the peer's kubeproxy_network_programming_duration_seconds (from the slice's
+  last-change-trigger-time, which the benchmark sets as the EndpointSlice controller would).
+- *sync (metric)*: the mean duration of the syncs the peer ran for that change.
+- *restart sync*: a second process of the peer against the kernel the first one programmed.
+- *peak RSS*: VmHWM of the peer's process before the restart.
+
+`

@@ -1,0 +1,162 @@
+package report
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftproxy/nftproxy/bench/peers"
+	"github.com/nftproxy/nftproxy/bench/probe"
+	"github.com/nftproxy/nftproxy/bench/syncs"
+	"github.com/nftproxy/nftproxy/test/cluster"
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+var (
+	full       = flag.Bool("full", false, "run the full campaign and write bench/REPORT.md (make bench)")
+	out        = flag.String("out", "", "directory for REPORT.md, results.json and plots (default: bench/ with -full, a temp dir otherwise)")
+	syncSizes  = flag.String("sync-sizes", "1000,10000,50000", "control-plane sizes with -full")
+	syncRuns   = flag.Int("sync-runs", 5, "control-plane runs per size with -full")
+	runs50k    = flag.Int("sync-runs-50k", 1, "control-plane runs at 50,000 Services (one run takes minutes)")
+	peerSizes  = flag.String("peer-sizes", "100,1000,10000,30000", "peer campaign sizes with -full; empty skips the peers")
+	peerTrials = flag.Int("peer-trials", 5, "endpoint changes and new Services per peer and size")
+	connects   = flag.Int("connects", 3000, "first-packet connections per peer and size")
+)
+
+func ints(t *testing.T, s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("bad size %q", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestReport is the benchmark campaign. Without -full it is CI's smoke test: tiny sizes, one run,
+// the report written to a temp dir, and it checks only correctness (every phase ran and sent
+// what it must, every peer synced and served, no connection failed), never durations.
+func TestReport(t *testing.T) {
+	netns.Skip(t)
+	ctx := context.Background()
+	r := &Results{Started: time.Now(), Machine: Machine(cluster.KubeVersion)}
+	dir := *out
+	cfg := syncs.Config{Sizes: []int{200}, Endpoints: 10, Runs: 1, Seed: 1}
+	pcfg := peers.Config{Sizes: []int{100}, Trials: 2, Connects: 200, Limit: 2 * time.Minute, Seed: 1}
+	rangeServices, rangeRuns, rangeConnects := 200, 2, 100
+	if *full {
+		if dir == "" {
+			dir = ".."
+		}
+		cfg = syncs.Config{Sizes: ints(t, *syncSizes), Endpoints: 10, Runs: *syncRuns, RunsAt: map[int]int{50000: *runs50k}, Seed: 1}
+		pcfg = peers.Config{Sizes: ints(t, *peerSizes), Trials: *peerTrials, Connects: *connects, Limit: 30 * time.Minute, Seed: 1}
+		rangeServices, rangeRuns, rangeConnects = 10000, 5, *connects
+	} else if dir == "" {
+		dir = t.TempDir()
+	}
+	r.SyncConfig = cfg
+	var err error
+	t.Logf("control plane: sizes %v", cfg.Sizes)
+	if r.Syncs, err = syncs.Run(ctx, cfg); err != nil {
+		r.SyncErr = err.Error()
+		t.Errorf("syncs: %v", err)
+	}
+	t.Logf("ranges: %d Services", rangeServices)
+	r.RangeServices = rangeServices
+	if r.Ranges, err = MeasureRanges(ctx, rangeServices, rangeRuns, rangeConnects); err != nil {
+		r.RangesErr = err.Error()
+		t.Errorf("ranges: %v", err)
+	}
+	if len(pcfg.Sizes) > 0 && !skipCluster() {
+		r.Peers, err = runPeers(t, ctx, pcfg)
+		if err != nil {
+			r.PeersErr = err.Error()
+			t.Errorf("peers: %v", err)
+		}
+	}
+	r.Finished = time.Now()
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report written to %s", filepath.Join(dir, "REPORT.md"))
+	check(t, r)
+}
+
+func skipCluster() bool {
+	return testing.Short() || os.Getenv("NFTPROXY_SKIP_CLUSTER") != "" || os.Getenv("NFTPROXY_UNIT_ONLY") != ""
+}
+
+func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Result, error) {
+	c := cluster.Start(t, cluster.Options{SingleStack: true, NodePortRange: "30000-60000",
+		APIServerArgs: []string{"--service-cluster-ip-range=198.19.0.0/16", "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"}})
+	bin := filepath.Join(t.TempDir(), "nftproxy")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
+		t.Fatalf("build nftproxy: %v\n%s", err, out)
+	}
+	cfg.Peers = []peers.Peer{{Kind: peers.NFTProxy, Binary: bin}, {Kind: peers.KubeProxyNFTables, Binary: c.Binaries.KubeProxy}}
+	if _, err := exec.LookPath("iptables-restore"); err == nil {
+		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyIPTables, Binary: c.Binaries.KubeProxy})
+	} else {
+		t.Log("iptables-restore not found: kube-proxy iptables mode skipped (apt-get install iptables)")
+	}
+	rc := c.Config()
+	rc.QPS, rc.Burst = 2000, 4000
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := peers.Env{Client: cs, Log: logWriter{t}, Kubeconfig: func(topo *probe.Topology) (string, error) {
+		return c.KubeconfigFor(t, topo.Node, c.Admin()), nil
+	}}
+	return peers.Run(ctx, env, cfg)
+}
+
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func check(t *testing.T, r *Results) {
+	for size, res := range r.Syncs {
+		for _, ph := range []syncs.Phase{syncs.Full, syncs.OneEndpoint, syncs.NewService, syncs.ChainFull, syncs.ChainOneEndpoint} {
+			for _, s := range res[ph] {
+				if s.Ops == 0 {
+					t.Errorf("%d Services, %s: sent nothing", size, ph)
+				}
+			}
+		}
+		for _, s := range res[syncs.Restart] {
+			if s.Ops != 0 {
+				t.Errorf("%d Services, restart: sent %d ops, want 0", size, s.Ops)
+			}
+		}
+	}
+	for _, c := range r.Ranges {
+		if c.FirstPacket.Failed > 0 || len(c.FirstPacket.Samples) == 0 {
+			t.Errorf("range cost, %s: %d connections failed, %d succeeded", c.Kind, c.FirstPacket.Failed, len(c.FirstPacket.Samples))
+		}
+	}
+	for _, p := range r.Peers {
+		if p.Err != "" {
+			t.Errorf("%s at %d Services: %s", p.Peer, p.Services, p.Err)
+		}
+		if p.FirstPacket.Failed > 0 {
+			t.Errorf("%s at %d Services: %d of %d first-packet connections failed", p.Peer, p.Services, p.FirstPacket.Failed, p.FirstPacket.Failed+len(p.FirstPacket.Samples))
+		}
+	}
+}
