@@ -24,16 +24,16 @@ type Kind string
 
 // Peers.
 const (
-	NFTProxy           Kind = "nftproxy"
-	KubeProxyNFTables  Kind = "kube-proxy nftables"
-	KubeProxyIPTables  Kind = "kube-proxy iptables"
-	metricsAddr             = "127.0.0.1:10249"
-	healthzAddr             = "127.0.0.1:10256"
-	syncMetric              = "kubeproxy_sync_proxy_rules_duration_seconds"
-	programmingMetric       = "kubeproxy_network_programming_duration_seconds"
-	minSyncPeriod           = "1s"
-	nodeName                = "bench-node"
-	outputLimit             = 64 << 10
+	NFTProxy          Kind = "nftproxy"
+	KubeProxyNFTables Kind = "kube-proxy nftables"
+	KubeProxyIPTables Kind = "kube-proxy iptables"
+	metricsAddr            = "127.0.0.1:10249"
+	healthzAddr            = "127.0.0.1:10256"
+	syncMetric             = "kubeproxy_sync_proxy_rules_duration_seconds"
+	programmingMetric      = "kubeproxy_network_programming_duration_seconds"
+	minSyncPeriod          = "1s"
+	nodeName               = "bench-node"
+	outputLimit            = 64 << 10
 )
 
 // Peer is one proxy and its binary.

@@ -164,7 +164,9 @@ func layoutRatios(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\n**Per-endpoint-chain layout vs nftproxy's, kernel commit time (median, same run):**\n\n| Services | full | 1 endpoint | 100 endpoints | new Service |\n|---:|---:|---:|---:|---:|\n")
 	for _, size := range sizes(r.Syncs) {
 		res := r.Syncs[size]
-		k := func(ph syncs.Phase) time.Duration { return syncs.Median(res[ph], func(s syncs.Sample) time.Duration { return s.Kernel }) }
+		k := func(ph syncs.Phase) time.Duration {
+			return syncs.Median(res[ph], func(s syncs.Sample) time.Duration { return s.Kernel })
+		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", size, ratio(k(syncs.ChainFull), k(syncs.Full)), ratio(k(syncs.ChainOneEndpoint), k(syncs.OneEndpoint)),
 			ratio(k(syncs.ChainEndpointsX), k(syncs.EndpointsX)), ratio(k(syncs.ChainNewService), k(syncs.NewService)))
 	}
@@ -274,7 +276,9 @@ func headline(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\n## Headline (medians; ratios from the same run)\n\n")
 	for _, size := range sizes(r.Syncs) {
 		res := r.Syncs[size]
-		tot := func(ph syncs.Phase) time.Duration { return syncs.Median(res[ph], func(s syncs.Sample) time.Duration { return s.Total }) }
+		tot := func(ph syncs.Phase) time.Duration {
+			return syncs.Median(res[ph], func(s syncs.Sample) time.Duration { return s.Total })
+		}
 		fmt.Fprintf(w, "- %d Services: full sync %s (nft -f of the same ruleset %s, %s; per-endpoint-chain layout %s); 1-endpoint partial sync %s (per-endpoint chains %s, %s)\n",
 			size, d(tot(syncs.Full)), d(tot(syncs.NftText)), ratio(tot(syncs.NftText), tot(syncs.Full)), d(tot(syncs.ChainFull)),
 			d(tot(syncs.OneEndpoint)), d(tot(syncs.ChainOneEndpoint)), ratio(tot(syncs.ChainOneEndpoint), tot(syncs.OneEndpoint)))
