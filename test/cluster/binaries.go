@@ -244,7 +244,7 @@ func build(ctx context.Context, progress io.Writer, src, out string, tl tool) er
 	start := time.Now()
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(30 * time.Second)
+		t := time.NewTicker(time.Minute)
 		defer t.Stop()
 		for {
 			select {
