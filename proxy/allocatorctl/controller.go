@@ -64,6 +64,8 @@ type Config struct {
 	// Events records Events on Services; nil builds an events.k8s.io recorder on Client.
 	Events events.EventRecorder
 	// Observer receives each leader's allocator numbers (normally metrics.AllocatorMetrics).
+	// Each term starts a new allocator, so the blocks claimed back at a takeover count as
+	// static allocations again.
 	Observer allocator.Observer
 	Logger   logr.Logger
 }
@@ -147,6 +149,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	log := c.cfg.Logger.WithValues("identity", c.cfg.Identity, "lease", c.cfg.LeaseNamespace+"/"+c.cfg.LeaseName)
 	for ctx.Err() == nil {
 		var r round
+		// A session that fails stops renewing, so another replica can take over.
+		rctx, rcancel := context.WithCancel(ctx)
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:          lock,
 			LeaseDuration: c.cfg.LeaseDuration,
@@ -161,7 +165,8 @@ func (c *Controller) Run(ctx context.Context) error {
 					defer r.wg.Done()
 					log.Info("Leading: rebuilding node-port blocks from the Services' annotations")
 					if err := c.lead(lctx, rec, log); err != nil && lctx.Err() == nil {
-						log.Error(err, "Leader session failed; giving up the lead is not possible before the lease runs out, retrying")
+						log.Error(err, "Leader session failed; no longer renewing the Lease, so another replica can take over")
+						rcancel()
 					}
 				},
 				OnStoppedLeading: func() { log.Info("Not leading") },
@@ -173,11 +178,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			},
 		})
 		if err != nil {
+			rcancel()
 			return fmt.Errorf("leader election on Lease %s/%s: %w", c.cfg.LeaseNamespace, c.cfg.LeaseName, err)
 		}
-		le.Run(ctx)
+		le.Run(rctx)
 		// le.Run returns as soon as the lease is lost; the session may still be finishing.
 		r.close()
+		rcancel()
 	}
 	return nil
 }
