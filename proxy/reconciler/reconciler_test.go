@@ -77,7 +77,7 @@ func (h *harness) put(svcs ...*model.Service) {
 	for _, s := range svcs {
 		h.svcs[s.Key] = s
 		for _, b := range h.builders {
-			h.rec.Set(b.Table(), s.Key.String(), b.Service(s))
+			h.rec.Set(b.Table(), s.Key.String(), b.Service(h.node, s))
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 func (b *Builder) Ruleset(node *model.Node, services []*model.Service) *nft.Ruleset {
 	frags := []Fragment{b.Base(node)}
 	for _, s := range services {
-		frags = append(frags, b.ServiceOn(node, s))
+		frags = append(frags, b.Service(node, s))
 	}
 	return Merge(b.Table(), frags...)
 }

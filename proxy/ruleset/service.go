@@ -21,17 +21,13 @@ func protoNumber(p model.Protocol) (uint8, bool) {
 	return 0, false
 }
 
-// Service returns the fragment of one Service for a node nothing is known about (no zone, no
-// addresses): ServiceOn(nil, svc).
-func (b *Builder) Service(svc *model.Service) Fragment { return b.ServiceOn(nil, svc) }
-
-// ServiceOn returns the fragment of one Service in this builder's family, on node: nothing for a
+// Service returns the fragment of one Service in this builder's family, on node: nothing for a
 // rejected Service or one without an address of this family. The node's zone selects
 // topology-aware endpoints and its addresses decide whether the node's own traffic to a
 // LoadBalancer IP passes loadBalancerSourceRanges, so a Service's fragment must be rebuilt when
 // the node's zone label or addresses change. Endpoints are local when their NodeName is
 // Config.NodeName.
-func (b *Builder) ServiceOn(node *model.Node, svc *model.Service) Fragment {
+func (b *Builder) Service(node *model.Node, svc *model.Service) Fragment {
 	var f Fragment
 	if svc == nil || svc.Rejected != nil {
 		return f
