@@ -5,7 +5,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 
-.PHONY: all build deps test unit lint e2e soak bench demo clean
+.PHONY: all build deps cluster-tools test unit lint e2e soak bench demo clean
 
 all: build
 
@@ -17,6 +17,11 @@ build:
 deps:
 	@test/deps.sh
 
+## cluster-tools: build or find (cached outside the repo, keyed by version) kube-apiserver,
+## kube-proxy and etcd for the integration tier; the first run compiles them (~15 min on 2 cores)
+cluster-tools:
+	$(GO) run ./test/cluster/cmd/prepare
+
 ## lint: gofmt and go vet
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -27,7 +32,7 @@ unit:
 	NFTPROXY_UNIT_ONLY=1 $(GO) test -race -count=1 $(PKGS)
 
 ## test: every tier that runs on this machine (unit, kernel, data-plane e2e); needs root
-test: deps lint build
+test: deps lint build cluster-tools
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## e2e: only the packet-level end-to-end tier

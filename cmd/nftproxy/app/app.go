@@ -25,6 +25,7 @@ Usage:
   nftproxy run     --manifests DIR --node-name NAME [flags]   serve Services from manifest files (--once: one sync, then exit)
   nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
   nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
+  nftproxy allocator --kubeconfig FILE [flags]                assign node-port blocks to port-range Services (cluster controller, leader-elected)
   nftproxy version                                            print the version
 
 Run "nftproxy <command> -h" for the flags of a command.
@@ -45,6 +46,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = renderCmd(rest, stdout, stderr)
 	case "cleanup":
 		err = cleanupCmd(rest, stderr)
+	case "allocator":
+		err = allocatorCmd(rest, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "nftproxy %s\n", Version)
 	case "help", "-h", "--help":

@@ -23,7 +23,7 @@ func TestCommandLineErrors(t *testing.T) {
 	}{
 		{"no command", nil, 2, "Usage"},
 		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{"run without manifests", []string{"run"}, 2, "--manifests is required"},
+		{"run without a source", []string{"run"}, 2, "no source: pass --manifests"},
 		{"same mark bits", []string{"render", "--manifests", ".", "--masquerade-bit", "3", "--drop-bit", "3"}, 2, "choose two different bits"},
 		{"bit out of range", []string{"render", "--manifests", ".", "--drop-bit", "32"}, 2, "from 0 to 31"},
 		{"bad cidr", []string{"render", "--manifests", ".", "--cluster-cidr", "10.0.0.0/33"}, 2, "is not a CIDR"},
