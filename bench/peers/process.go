@@ -44,11 +44,13 @@ type Peer struct {
 
 // args are the peer's flags: same node name, metrics address and minimum sync period for all.
 func (p Peer) args(kubeconfig string) []string {
+	// kube-proxy 1.34's minimum sync period is 1 s in both modes (its flag only exists for
+	// iptables and ipvs); nftproxy is given the same.
 	common := []string{"--kubeconfig", kubeconfig, "--hostname-override", nodeName, "--metrics-bind-address", metricsAddr,
-		"--healthz-bind-address", healthzAddr, "--min-sync-period", minSyncPeriod}
+		"--healthz-bind-address", healthzAddr}
 	switch p.Kind {
 	case NFTProxy:
-		return append([]string{p.Binary, "run", "--ip-families", "ipv4"}, common...)
+		return append([]string{p.Binary, "run", "--ip-families", "ipv4", "--min-sync-period", minSyncPeriod}, common...)
 	case KubeProxyNFTables, KubeProxyIPTables:
 		mode := "nftables"
 		if p.Kind == KubeProxyIPTables {
