@@ -20,6 +20,10 @@ type State struct {
 	PendingSince func() time.Time
 	// Ready is false until the sources have delivered their initial state.
 	Ready func() bool
+	// SourceFailingSince, when set, is when the source (the API server) stopped answering, zero
+	// while it answers. /healthz fails once that lasts longer than Timeout; /livez does not
+	// (restarting the proxy would not bring the API server back).
+	SourceFailingSince func() time.Time
 	// Timeout is how long a change may wait, or failures last, before /healthz fails.
 	Timeout time.Duration
 	Now     func() time.Time
@@ -49,6 +53,8 @@ func (s *State) healthy(livez bool) (bool, string) {
 		return false, "no sync has succeeded yet"
 	case !s.FailingSince().IsZero() && now.Sub(s.FailingSince()) > s.Timeout:
 		return false, "syncs have been failing since " + s.FailingSince().UTC().Format(time.RFC3339)
+	case !livez && s.SourceFailingSince != nil && !s.SourceFailingSince().IsZero() && now.Sub(s.SourceFailingSince()) > s.Timeout:
+		return false, "the API server has not answered since " + s.SourceFailingSince().UTC().Format(time.RFC3339) + "; the rules stay as they are"
 	case !s.PendingSince().IsZero() && now.Sub(s.PendingSince()) > s.Timeout:
 		return false, "a change has waited since " + s.PendingSince().UTC().Format(time.RFC3339)
 	}

@@ -56,6 +56,9 @@ type Config struct {
 	EventInterval time.Duration
 	// Now is the clock for event rate limiting; time.Now if nil.
 	Now func() time.Time
+	// ProbePeriod is how often the API server's /readyz is asked (FailingSince); default
+	// DefaultProbePeriod.
+	ProbePeriod time.Duration
 }
 
 // Source feeds the Tracker from the API server. It implements the daemon's model source: Run
@@ -68,7 +71,8 @@ type Source struct {
 	// services is the Service informer's store (for Events' object references) once Run started.
 	services atomic.Pointer[cache.Indexer]
 	// scan is poked (never blocks) after each change, for the rejection scanner.
-	scan chan struct{}
+	scan  chan struct{}
+	reach reachability
 }
 
 // New checks cfg and returns a Source that has not started yet.
@@ -91,6 +95,9 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ProbePeriod <= 0 {
+		cfg.ProbePeriod = DefaultProbePeriod
 	}
 	return &Source{cfg: cfg, selector: sel, scan: make(chan struct{}, 1)}, nil
 }
@@ -122,6 +129,10 @@ func (s *Source) String() string {
 // Ready reports whether the Services, EndpointSlices and the Node have been listed and handed
 // to the Tracker; until then the daemon does not sync (a restart must not blank the ruleset).
 func (s *Source) Ready() bool { return s.ready.Load() }
+
+// FailingSince is when the API server stopped answering (zero while it answers): the daemon's
+// /healthz fails once that lasts longer than its timeout, while the rules keep serving.
+func (s *Source) FailingSince() time.Time { return s.reach.since() }
 
 // Run starts the informers, feeds tracker until ctx ends and calls notify after every change.
 // It returns nil when ctx ends; it is not restartable.
@@ -195,10 +206,14 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 	changed()
 
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		newReporter(rec, s.lookup, s.cfg.EventInterval, s.cfg.Now, log).loop(ctx, tracker, s.scan, s.cfg.ScanPeriod)
+	}()
+	go func() {
+		defer wg.Done()
+		s.reach.probe(ctx, s.cfg.Client, s.cfg.ProbePeriod, s.cfg.Now, log)
 	}()
 	<-ctx.Done()
 	wg.Wait()

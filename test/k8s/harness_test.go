@@ -235,7 +235,10 @@ func (e *env) waitProgrammed(s svc) time.Duration {
 }
 
 // healthz asks the daemon's /healthz inside the node and returns the HTTP status line.
-func (e *env) healthz() string {
+func (e *env) healthz() string { e.t.Helper(); return e.health("/healthz") }
+
+// health asks the daemon's health endpoint path inside the node; the HTTP status line.
+func (e *env) health(path string) string {
 	e.t.Helper()
 	var status string
 	err := e.lab.Node.Do(func() error {
@@ -245,14 +248,14 @@ func (e *env) healthz() string {
 			return err
 		}
 		defer conn.Close()
-		if _, err := fmt.Fprint(conn, "GET /healthz HTTP/1.0\r\n\r\n"); err != nil {
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
 			return err
 		}
 		status, err = bufio.NewReader(conn).ReadString('\n')
 		return err
 	})
 	if err != nil {
-		e.t.Fatalf("/healthz: %v", err)
+		e.t.Fatalf("%s: %v", path, err)
 	}
 	return strings.TrimSpace(status)
 }

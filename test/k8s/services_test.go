@@ -220,9 +220,10 @@ func summary(d []time.Duration) string {
 }
 
 // TestAPIServerOutage stops the API server under a running daemon: the programmed rules keep
-// serving, and once it is back, a change made then is programmed (the informers re-list).
+// serving, /healthz fails once the outage outlasts --healthz-timeout while /livez stays up, and
+// once it is back, health recovers and a change made then is programmed (the informers re-list).
 func TestAPIServerOutage(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, map[string]string{"healthz-timeout": "3s"})
 	web := svc{name: "web", ip: 50, pods: []int{1}}
 	e.createService(web)
 	e.waitFor("web with its endpoint", func(rs string) bool { return chainHasOnly(rs, web, web.pods) })
@@ -235,11 +236,33 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Fatal("API server still running after Stop")
 	}
 	e.probe(web, 1)
+	e.waitHealth("/healthz degraded during the outage", "/healthz", " 503 ")
+	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
+		t.Errorf("/livez during the outage: %q, want 200 (restarting the proxy would not help)", got)
+	}
+	e.probe(web, 1)
 	if err := e.c.Restart(e.ctx); err != nil {
 		t.Fatal(err)
 	}
+	e.waitHealth("/healthz recovered after the outage", "/healthz", " 200 ")
 	e.probe(web, 1)
 	e.setEndpoints(web, 2)
 	e.waitFor("web moved to pod-2 after the outage", func(rs string) bool { return chainHasOnly(rs, web, []int{2}) })
 	e.probe(web, 2)
+}
+
+// waitHealth polls a health endpoint (bounded) until its status line contains want.
+func (e *env) waitHealth(what, path, want string) {
+	e.t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for {
+		got := e.health(path)
+		if strings.Contains(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: %s is %q after %v, want it to contain %q", what, path, got, waitBound, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

@@ -116,8 +116,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		PendingSince: tracker.PendingSince,
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
-		Now:          time.Now,
-		Served:       pm.Served,
+		// An API server gone past the timeout fails /healthz (not /livez); the rules stay.
+		SourceFailingSince: src.FailingSince,
+		Now:                time.Now,
+		Served:             pm.Served,
 	}
 	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()

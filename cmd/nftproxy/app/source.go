@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -20,6 +21,9 @@ type source interface {
 	Run(ctx context.Context, tracker *model.Tracker, notify func()) error
 	// Ready reports whether the initial state has been delivered (for /healthz).
 	Ready() bool
+	// FailingSince is when the source stopped answering (zero while it answers): an API server
+	// gone for longer than --healthz-timeout fails /healthz. Files never fail.
+	FailingSince() time.Time
 	fmt.Stringer
 }
 
@@ -57,6 +61,10 @@ type manifestSource struct {
 
 func (m *manifestSource) String() string { return "manifests " + m.dir }
 func (m *manifestSource) Ready() bool    { return m.loaded.Load() }
+
+// FailingSince is always zero: a directory does not go away like an API server (a broken file
+// is reported and skipped on its own).
+func (m *manifestSource) FailingSince() time.Time { return time.Time{} }
 
 func (m *manifestSource) Run(ctx context.Context, tracker *model.Tracker, notify func()) error {
 	feeder := manifest.NewFeeder(tracker)
