@@ -3,10 +3,9 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/nftproxy/nftproxy/test/lab"
 )
 
 // daemonBinary is the nftproxy binary TestMain builds once for every scenario; empty when the
@@ -34,7 +33,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	bin, err := buildDaemon(dir)
+	bin, err := lab.BuildDaemon(dir)
 	if err != nil {
 		os.RemoveAll(dir)
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -44,25 +43,4 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// buildDaemon compiles ./cmd/nftproxy of this module into dir and returns the binary's path.
-// The module root comes from `go env GOMOD`, so the test runs from any working directory.
-func buildDaemon(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("go env GOMOD: not inside the nftproxy module")
-	}
-	bin := filepath.Join(dir, "nftproxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/nftproxy")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the daemon: %w\n%s", err, out)
-	}
-	return bin, nil
 }

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +45,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "k8s tier:", err)
 		os.Exit(1)
 	}
-	bin := filepath.Join(dir, "nftproxy")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	bin, err := lab.BuildDaemon(dir)
+	if err != nil {
 		os.RemoveAll(dir)
-		fmt.Fprintf(os.Stderr, "k8s tier: build nftproxy: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, "k8s tier:", err)
 		os.Exit(1)
 	}
 	daemonBinary = bin

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/nftproxy/nftproxy/test/lab"
 )
 
 // Binaries TestMain builds once: the daemon, and a byte-for-byte copy under another name that
@@ -106,20 +106,9 @@ func TestMain(m *testing.M) {
 
 // buildBinaries compiles ./cmd/nftproxy of this module into dir and copies it as the upgrade.
 func buildBinaries(dir string) error {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	bin, err := lab.BuildDaemon(dir)
 	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return fmt.Errorf("go env GOMOD: not inside the nftproxy module")
-	}
-	bin := filepath.Join(dir, "nftproxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/nftproxy")
-	cmd.Dir = filepath.Dir(gomod)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build the daemon: %w\n%s", err, out)
+		return err
 	}
 	next := filepath.Join(dir, "nftproxy-next")
 	if err := copyFile(bin, next); err != nil {
