@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -41,6 +42,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	log := newLogger(o.Verbosity, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer boundShutdown(ctx, stderr)()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -152,6 +154,33 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	<-done
 	log.Info("nftproxy stopped; the rules stay in the kernel (nftproxy cleanup removes them)")
 	return nil
+}
+
+// shutdownGrace bounds the exit after SIGTERM: the rules stay in the kernel whatever happens,
+// so a shutdown step that hangs (a socket, a listener) must not keep the process alive.
+const shutdownGrace = 5 * time.Second
+
+// boundShutdown starts a watchdog once ctx is cancelled (a signal): if the process has not
+// returned within shutdownGrace, it prints every goroutine's stack (to find the culprit) and
+// exits with 1. The returned func stops the watchdog on a normal return.
+func boundShutdown(ctx context.Context, stderr io.Writer) func() {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		select {
+		case <-done:
+		case <-time.After(shutdownGrace):
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			fmt.Fprintf(stderr, "nftproxy: shutdown took longer than %v; exiting anyway (the rules stay). Goroutines:\n%s\n", shutdownGrace, buf[:n])
+			os.Exit(1)
+		}
+	}()
+	return func() { close(done) }
 }
 
 func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy) *model.Tracker {
