@@ -44,9 +44,11 @@ e2e: deps build
 soak: deps build
 	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m ./test/soak/
 
-## bench: benchmarks and the report
-bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 5 -timeout 120m ./bench/... | tee bench/last-run.txt
+## bench: the whole benchmark campaign (control plane at 1k/10k/50k Services, the nft -f text
+## path, the per-endpoint-chain layout, upstream kube-proxy nftables and iptables modes, data-plane
+## first-packet latency, range width); regenerates bench/REPORT.md, its plots and results.json
+bench: deps build cluster-tools
+	$(GO) test -count=1 -timeout 300m -run TestReport -v ./bench/report -args -full
 
 ## demo: the main job on the embedded default, in a lab of network namespaces (needs root)
 demo: deps build
