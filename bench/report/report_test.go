@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -29,6 +30,7 @@ var (
 	peerSizes  = flag.String("peer-sizes", "100,1000,10000,30000", "peer campaign sizes with -full; empty skips the peers")
 	peerTrials = flag.Int("peer-trials", 5, "endpoint changes and new Services per peer and size")
 	connects   = flag.Int("connects", 3000, "first-packet connections per peer and size")
+	rerender   = flag.String("rerender", "", "measure nothing: rewrite REPORT.md and the plots next to this results.json")
 )
 
 func ints(t *testing.T, s string) []int {
@@ -50,6 +52,20 @@ func ints(t *testing.T, s string) []int {
 // the report written to a temp dir, and it checks only correctness (every phase ran and sent
 // what it must, every peer synced and served, no connection failed), never durations.
 func TestReport(t *testing.T) {
+	if *rerender != "" {
+		b, err := os.ReadFile(*rerender)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r Results
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(filepath.Dir(*rerender), &r); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	netns.Skip(t)
 	ctx := context.Background()
 	r := &Results{Started: time.Now(), Machine: Machine(cluster.KubeVersion)}
