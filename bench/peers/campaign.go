@@ -82,6 +82,7 @@ func Run(ctx context.Context, env Env, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	var out []Result
+	failedAt := map[Kind]int{} // a peer that failed at a size is not tried at larger ones
 	have := 0
 	for _, size := range cfg.Sizes {
 		start := time.Now()
@@ -93,7 +94,13 @@ func Run(ctx context.Context, env Env, cfg Config) ([]Result, error) {
 		targets := firstPacketTargets(w.Services[:size], 1000)
 		for _, p := range cfg.Peers {
 			r := Result{Peer: p.Kind, Services: size}
+			if n, ok := failedAt[p.Kind]; ok {
+				r.Err = fmt.Sprintf("not run: failed at %d Services", n)
+				out = append(out, r)
+				continue
+			}
 			if err := runPeer(ctx, env, cfg, p, targets, &r); err != nil {
+				failedAt[p.Kind] = size
 				r.Err = err.Error()
 				env.logf("peers: %s at %d: %v", p.Kind, size, err)
 			}
