@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -94,26 +93,11 @@ func missing(text string, marks []string) string {
 
 // httpGet fetches url from inside ns: the connection is dialled on a thread switched into it.
 func httpGet(ctx context.Context, ns *netns.NS, url string) (int, string, error) {
-	tr := &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := ns.Do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}
-	defer tr.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := ns.HTTPClient(2 * time.Second).Do(req)
 	if err != nil {
 		return 0, "", err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -117,26 +116,11 @@ func seconds(s float64) string {
 
 // httpGet fetches url from inside ns (the connection is dialled on a thread in ns).
 func httpGet(ctx context.Context, ns *netns.NS, url string) (string, error) {
-	tr := &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := ns.Do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
-	}
-	defer tr.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := (&http.Client{Transport: tr}).Do(req)
+	resp, err := ns.HTTPClient(3 * time.Second).Do(req)
 	if err != nil {
 		return "", err
 	}
