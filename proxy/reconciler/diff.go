@@ -257,29 +257,29 @@ func (p *plan) commit(tb *table, now time.Time) {
 	}
 }
 
-// driftFrom counts objects whose kernel state (tb.applied, just read back) differs from what we
-// believed we had applied.
-func (p *plan) driftFrom(believed *index, tb *table) int {
-	k := tb.applied
+// countDrift counts objects whose kernel state (just read back) differs from what we believed
+// we had applied.
+func countDrift(believed, kernel *index) int {
+	ks := allKeys(believed, kernel)
 	n := 0
-	for name := range allKeys(believed, k).chains {
+	for name := range ks.chains {
 		bc, inB := believed.chains[name]
-		kc, inK := k.chains[name]
+		kc, inK := kernel.chains[name]
 		if inB != inK || (inB && (!sameChain(&bc.Chain, &kc.Chain) || !sameRules(bc.Rules, kc.Rules))) {
 			n++
 		}
 	}
-	for name := range allKeys(believed, k).sets {
+	for name := range ks.sets {
 		bs, inB := believed.sets[name]
-		ks, inK := k.sets[name]
-		if inB != inK || (inB && !sameSet(bs, ks)) {
+		kset, inK := kernel.sets[name]
+		if inB != inK || (inB && !sameSet(bs, kset)) {
 			n++
 		}
 	}
-	for id := range allKeys(believed, k).elems {
+	for id := range ks.elems {
 		be, inB := believed.elems[id]
-		ke, inK := k.elems[id]
-		if (inB && believed.isDynamic(be.el.Set)) || (inK && k.isDynamic(ke.el.Set)) {
+		ke, inK := kernel.elems[id]
+		if (inB && believed.isDynamic(be.el.Set)) || (inK && kernel.isDynamic(ke.el.Set)) {
 			continue
 		}
 		if inB != inK || (inB && !sameElement(&be.el, &ke.el)) {

@@ -199,7 +199,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 		plans[i] = r.plan(tb, ks)
 		plans[i].emit(tx)
 		if res.Full && believed != nil {
-			res.Repairs += plans[i].driftFrom(believed, tb)
+			res.Repairs += countDrift(believed, tb.applied)
 		}
 	}
 	res.Ops = tx.Len()

@@ -133,7 +133,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
 
-	servers, err := serve(ctx, log, &o, hs, reg)
+	servers, err := serve(log, &o, hs, reg)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func warnNoNode(log logr.Logger, tr *model.Tracker, name string) {
 }
 
 // serve starts the health and metrics listeners; the returned function stops them.
-func serve(ctx context.Context, log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry) (func(), error) {
+func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry) (func(), error) {
 	var srvs []*http.Server
 	start := func(addr string, h http.Handler, what string) error {
 		if addr == "" {
