@@ -20,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
@@ -159,6 +161,16 @@ func start(t *testing.T, cfg Config, objs ...*corev1.Service) *harness {
 		ros = append(ros, o)
 	}
 	h := &harness{t: t, ctx: ctx, client: fake.NewClientset(ros...), rec: &recorder{}}
+	// The fake clientset drops writes made between the informer's List and its Watch (a known
+	// race of its tracker), which would leave the cache behind for good. Register the watch on
+	// the tracker ourselves and wait for it before anything writes.
+	watching := make(chan struct{})
+	var once sync.Once
+	h.client.PrependWatchReactor("services", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := h.client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	cfg.Client = h.client
 	if cfg.BlockRange == (allocator.Range{}) {
 		cfg.BlockRange = testBlockRange
@@ -170,6 +182,11 @@ func start(t *testing.T, cfg Config, objs ...*corev1.Service) *harness {
 	h.s = s
 	t.Cleanup(func() { cancel(); s.queue.ShutDown(); s.factory.Shutdown() })
 	s.factory.Start(ctx.Done())
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the informer never started its Services watch")
+	}
 	h.waitSynced()
 	svcs, err := s.lister.List(labels.Everything())
 	if err != nil {
