@@ -1,0 +1,81 @@
+package reconciler
+
+import (
+	"errors"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// RefusedError is a Commit whose transaction the kernel refused, naming the owner of the op it
+// refused. The transaction was aborted as a whole: the kernel is unchanged. The caller may set
+// that owner's fragment empty (reject it) and Commit again; the next Commit stays partial.
+type RefusedError struct {
+	// Owner is the owner (as given to Set) whose fragment holds the refused op's object.
+	Owner string
+	err   error
+}
+
+func (e *RefusedError) Error() string { return e.err.Error() }
+
+// Unwrap returns the kernel's error (an *nft.OpError inside).
+func (e *RefusedError) Unwrap() error { return e.err }
+
+// RefusedOwner returns the owner of the op the kernel refused, if err is a Commit error that
+// names one. A refusal of an op no owner wants (deleting an object nobody wants, the table
+// itself) names none: that is a failure of the sync as a whole.
+func RefusedOwner(err error) (string, bool) {
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return re.Owner, true
+	}
+	return "", false
+}
+
+// ownerOf names the owner of the object op acts on: the owner of the chain (for a rule, its
+// chain), of the set, or of the element. Chains and sets are looked up by name, elements by
+// their identity; only an element several owners want costs a search of the fragments, on
+// this failure path alone.
+func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
+	var tb *table
+	for _, t := range r.tables {
+		if t.t == op.Table {
+			tb = t
+		}
+	}
+	if tb == nil {
+		return "", false
+	}
+	switch o := op.Object.(type) {
+	case *nft.Chain:
+		owner, ok := tb.chainOwner[o.Name]
+		return owner, ok
+	case *nft.Rule:
+		if op.Verb != nft.VerbAdd {
+			return "", false
+		}
+		owner, ok := tb.chainOwner[o.Chain]
+		return owner, ok
+	case *nft.Set:
+		owner, ok := tb.setOwner[o.Name]
+		return owner, ok
+	case *nft.Element:
+		id := ruleset.ElementID(o)
+		e, ok := tb.desired.elems[id]
+		if !ok {
+			return "", false
+		}
+		if !e.shared {
+			return e.owner, true
+		}
+		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
+			f := tb.owners[owner]
+			for i := range f.Elements {
+				if ruleset.ElementID(&f.Elements[i]) == id {
+					return owner, true
+				}
+			}
+		}
+	}
+	return "", false
+}
