@@ -236,6 +236,13 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 			}
 			// The kernel named the op it refused and aborted the whole batch: it holds what it
 			// held, so what we believe it holds stays true and the next Commit may be partial.
+			// After a full Commit, "what changed" is every key: keep them pending, so the next
+			// Commit still repairs the drift this one found, without reading the kernel again.
+			if res.Full {
+				for i, tb := range r.tables {
+					tb.dirty = plans[i].keys
+				}
+			}
 			if owner, ok := r.ownerOf(tx.Ops[oe.Index]); ok {
 				return res, &RefusedError{Owner: owner, err: err}
 			}
