@@ -253,3 +253,41 @@ func TestRefusedBaseLayoutFailsTheSync(t *testing.T) {
 		t.Errorf("a Service was rejected for the base layout's refusal: %+v", s)
 	}
 }
+
+// TestManyRefusalsConverge: more refused Services than one sync takes out. The first sync fails
+// at the bound; the next goes on from there and succeeds; a full resync tries every refused
+// Service again without failing on the bound.
+func TestManyRefusalsConverge(t *testing.T) {
+	k := refuse(nft.NewFake())
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	var bad, names []string
+	for i := 0; i < maxRefusals+3; i++ {
+		bad = append(bad, fmt.Sprintf("bad-%d", i))
+	}
+	for i, n := range append([]string{"good"}, bad...) {
+		addService(tr, n, i)
+		names = append(names, n)
+	}
+	k.set(bad...)
+	p := newProxier(t, k, tr, nil)
+	ctx := context.Background()
+	if _, err := p.Sync(ctx, true); err == nil {
+		t.Fatalf("first sync succeeded; want it to stop at %d refusals", maxRefusals)
+	}
+	for round, full := range []bool{true, true, true} {
+		if _, err := p.Sync(ctx, full); err != nil {
+			t.Fatalf("sync %d after the bound: %v", round+2, err)
+		}
+		got := programmed(t, k, names...)
+		for _, n := range names {
+			if got[n] != (n == "good") {
+				t.Fatalf("sync %d: programmed %v; want only good", round+2, got)
+			}
+		}
+	}
+	for _, n := range bad {
+		if s := tr.Service(model.ServiceKey{Namespace: "default", Name: n}); s == nil || s.Rejected == nil || s.Rejected.Reason != model.ReasonKernelRefused {
+			t.Fatalf("%s = %+v; want rejected with %s", n, s, model.ReasonKernelRefused)
+		}
+	}
+}

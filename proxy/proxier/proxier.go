@@ -53,8 +53,9 @@ type Refuser interface {
 }
 
 // maxRefusals bounds how many Services one sync takes out after kernel refusals (each costs
-// one more attempt at the transaction). A sync that hits it fails; the next one starts without
-// the Services already taken out, so it goes on from there.
+// one more attempt at the transaction), beyond those it tries again (a full resync retries every
+// refused Service). A sync that hits it fails; the next one starts without the Services already
+// taken out, so it goes on from there.
 const maxRefusals = 8
 
 // Options are the optional parts of a Proxier: they observe the sync and act after it, never
@@ -112,6 +113,10 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error) {
 	start := p.now()
 	retry := full && len(p.refused) > 0
+	limit := maxRefusals
+	if retry {
+		limit += len(p.refused)
+	}
 	if rf, ok := p.src.(Refuser); ok && retry {
 		rf.RetryRefused() // before TakeChanges: they come back as changes of this sync
 	}
@@ -142,7 +147,7 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 			}
 		}
 	}
-	res, err := p.commit(ctx, full)
+	res, err := p.commit(ctx, full, limit)
 	d := p.now().Sub(start)
 	if p.obs != nil {
 		p.obs.Synced(res.Full, d, res, err)
@@ -209,13 +214,13 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 // full one: drift (someone deleting what an op relies on) makes the kernel refuse innocent ops,
 // and the read-back repairs it. A refused op of the base layout, or of no owner, fails the sync.
 // Work beyond one Commit happens only after a refusal.
-func (p *Proxier) commit(ctx context.Context, full bool) (reconciler.Result, error) {
+func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.Result, error) {
 	res, err := p.rec.Commit(ctx, full)
 	fresh := res.Full // the kernel was read back in this sync
 	repairs := 0
 	for n := 0; err != nil; {
 		owner, ok := reconciler.RefusedOwner(err)
-		if !ok || owner == baseOwner || n == maxRefusals {
+		if !ok || owner == baseOwner || n == limit {
 			break
 		}
 		if res.Full {
@@ -247,7 +252,11 @@ func (p *Proxier) refuse(owner string, err error) {
 	r := &model.Rejection{Reason: model.ReasonKernelRefused, Message: fmt.Sprintf(
 		"service %s: the kernel refused its rules (%v); every other Service was programmed; it is tried again when it changes and at the next full resync", key, err)}
 	if rf, ok := p.src.(Refuser); ok {
-		rf.RefuseService(key, p.tried[key], r)
+		tried, ok := p.tried[key]
+		if !ok {
+			tried = p.src.Service(key) // not handed over in this sync: what the kernel held
+		}
+		rf.RefuseService(key, tried, r)
 		return
 	}
 	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
