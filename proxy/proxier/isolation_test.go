@@ -291,3 +291,40 @@ func TestManyRefusalsConverge(t *testing.T) {
 		}
 	}
 }
+
+// TestDriftIsNotBlamedOnAService: after someone deleted our table (drift), a partial sync's ops
+// on a changed Service are refused (its chain is gone). That is not the Service's fault: the
+// sync reads the kernel back, repairs everything and rejects nobody.
+func TestDriftIsNotBlamedOnAService(t *testing.T) {
+	kernels(t, func(t *testing.T, k nft.Interface) {
+		rj := &rejections{}
+		tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard(), OnRejection: rj.on})
+		for i, n := range []string{"a", "b"} {
+			addService(tr, n, i)
+		}
+		p := newProxier(t, k, tr, nil)
+		ctx := context.Background()
+		if _, err := p.Sync(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		drift := nft.NewTransaction(table4)
+		drift.Delete(&nft.TableObj{})
+		if _, err := k.Apply(ctx, drift); err != nil {
+			t.Fatalf("delete the table behind the daemon's back: %v", err)
+		}
+		tr.UpsertEndpointSlice(slice("a", "198.18.128.50"))
+		res, err := p.Sync(ctx, false)
+		if err != nil {
+			t.Fatalf("sync after drift: %v", err)
+		}
+		if got := rj.take(); got != "" {
+			t.Errorf("rejections after drift: %q, want none", got)
+		}
+		if !res.Full || res.Repairs == 0 {
+			t.Errorf("sync after drift: full=%v repairs=%d; want a full sync that repaired", res.Full, res.Repairs)
+		}
+		if got := programmed(t, k, "a", "b"); !got["a"] || !got["b"] {
+			t.Errorf("after the repair: programmed %v, want both", got)
+		}
+	})
+}

@@ -212,28 +212,29 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 // Service is taken out (its fragment emptied, as a rejected Service's) and reported, and the
 // rest is committed in the same sync. A refusal during a partial commit is first retried as a
 // full one: drift (someone deleting what an op relies on) makes the kernel refuse innocent ops,
-// and the read-back repairs it. A refused op of the base layout, or of no owner, fails the sync.
+// and the read-back repairs it at once. A refused op of the base layout, or of no owner, after
+// a read-back fails the sync, as does a failure of unknown extent.
 // Work beyond one Commit happens only after a refusal.
 func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.Result, error) {
 	res, err := p.rec.Commit(ctx, full)
 	fresh := res.Full // the kernel was read back in this sync
 	repairs := 0
-	for n := 0; err != nil; {
+	for n := 0; err != nil && reconciler.Refused(err); {
+		if res.Full {
+			repairs += res.Repairs // found by a Commit that failed; the next one repairs them
+		}
+		if !fresh {
+			res, err = p.rec.Commit(ctx, true)
+			fresh = true
+			continue
+		}
 		owner, ok := reconciler.RefusedOwner(err)
 		if !ok || owner == baseOwner || n == limit {
 			break
 		}
-		if res.Full {
-			repairs += res.Repairs // found by a Commit that failed; the next one repairs them
-		}
-		if fresh {
-			p.refuse(owner, err)
-			n++
-			res, err = p.rec.Commit(ctx, false)
-		} else {
-			res, err = p.rec.Commit(ctx, true)
-			fresh = true
-		}
+		p.refuse(owner, err)
+		n++
+		res, err = p.rec.Commit(ctx, false)
 	}
 	res.Repairs += repairs
 	res.Full = fresh

@@ -7,12 +7,16 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
-// RefusedError is a Commit whose transaction the kernel refused, naming the owner of the op it
-// refused. The transaction was aborted as a whole: the kernel is unchanged. The caller may set
-// that owner's fragment empty (reject it) and Commit again; the next Commit stays partial.
+// RefusedError is a Commit whose transaction the kernel refused, naming the op it refused (the
+// kernel's extended ack, or an op the encoder could not send). The transaction was aborted as a
+// whole: the kernel is unchanged, so the next Commit may stay partial. Owner names the owner of
+// that op, if one owns it: the caller may set that owner's fragment empty (reject it) and Commit
+// again.
 type RefusedError struct {
-	// Owner is the owner (as given to Set) whose fragment holds the refused op's object.
+	// Owner is the owner (as given to Set) whose fragment holds the refused op's object; Owned
+	// is false when no owner does (the table itself, deleting an object nobody wants).
 	Owner string
+	Owned bool
 	err   error
 }
 
@@ -21,12 +25,19 @@ func (e *RefusedError) Error() string { return e.err.Error() }
 // Unwrap returns the kernel's error (an *nft.OpError inside).
 func (e *RefusedError) Unwrap() error { return e.err }
 
+// Refused reports whether err is a Commit error that names the refused op: the kernel's state
+// is known (unchanged), unlike after a failure of unknown extent.
+func Refused(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re)
+}
+
 // RefusedOwner returns the owner of the op the kernel refused, if err is a Commit error that
-// names one. A refusal of an op no owner wants (deleting an object nobody wants, the table
-// itself) names none: that is a failure of the sync as a whole.
+// names one. A refusal of an op no owner wants names none: that is a failure of the sync as a
+// whole.
 func RefusedOwner(err error) (string, bool) {
 	var re *RefusedError
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && re.Owned {
 		return re.Owner, true
 	}
 	return "", false

@@ -243,10 +243,8 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 					tb.dirty = plans[i].keys
 				}
 			}
-			if owner, ok := r.ownerOf(tx.Ops[oe.Index]); ok {
-				return res, &RefusedError{Owner: owner, err: err}
-			}
-			return res, err
+			owner, owned := r.ownerOf(tx.Ops[oe.Index])
+			return res, &RefusedError{Owner: owner, Owned: owned, err: err}
 		}
 	}
 	for i, tb := range r.tables {
