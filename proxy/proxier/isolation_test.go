@@ -144,6 +144,41 @@ func programmed(t *testing.T, k nft.Interface, names ...string) map[string]bool 
 	return out
 }
 
+// matchesModel fails the test unless the kernel holds exactly a fresh build of the tracker's
+// model (refused Services are rejected there, so they have no objects): every other Service is
+// fully programmed, nothing of the refused one is left but an empty chain awaiting deletion.
+func matchesModel(t *testing.T, k nft.Interface, tr *model.Tracker) {
+	t.Helper()
+	b, err := ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := tr.Snapshot()
+	got, err := k.Dump(context.Background(), table4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := b.Ruleset(snap.Node, snap.Sorted())
+	// A chain nobody wants is flushed at once and deleted a second later (StaleChainDelay).
+	wanted, used := map[string]bool{}, map[string]bool{}
+	for _, c := range want.Chains {
+		wanted[c.Name] = true
+	}
+	for _, r := range got.Rules {
+		used[r.Chain] = true
+	}
+	var chains []nft.Chain
+	for _, c := range got.Chains {
+		if wanted[c.Name] || used[c.Name] {
+			chains = append(chains, c)
+		}
+	}
+	got.Chains = chains
+	if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+		t.Fatalf("the kernel differs from a fresh build of the model (- kernel, + wanted):\n%s", d)
+	}
+}
+
 func addService(tr *model.Tracker, name string, i int) {
 	ip := fmt.Sprintf("198.19.0.%d", 10+i)
 	tr.UpsertService(service(name, ip))
@@ -176,6 +211,7 @@ func TestKernelRefusalIsolatesTheService(t *testing.T) {
 		if got := programmed(t, raw, all...); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("after the sync: programmed %v, want %v", got, want)
 		}
+		matchesModel(t, raw, tr)
 		if got := rj.take(); got != "bad KernelRefused" {
 			t.Fatalf("rejections reported: %q, want %q", got, "bad KernelRefused")
 		}
@@ -202,6 +238,7 @@ func TestKernelRefusalIsolatesTheService(t *testing.T) {
 		if got := programmed(t, raw, all...); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("after the partial sync: programmed %v, want %v", got, want)
 		}
+		matchesModel(t, raw, tr)
 		if got := rj.take(); got != "c KernelRefused" {
 			t.Fatalf("rejections reported: %q, want %q", got, "c KernelRefused")
 		}
@@ -226,6 +263,7 @@ func TestKernelRefusalIsolatesTheService(t *testing.T) {
 		if got := programmed(t, raw, all...); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("after the full resync: programmed %v, want %v", got, want)
 		}
+		matchesModel(t, raw, tr)
 		if got := rj.take(); got != "c accepted, bad accepted" {
 			t.Errorf("rejections reported: %q, want both accepted again", got)
 		}
