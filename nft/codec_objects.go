@@ -545,11 +545,8 @@ func codecObjectDesc(t Table, op Op) string {
 		}
 		return s
 	case *Element:
-		s := fmt.Sprintf("%v", o.Key)
-		if o.KeyEnd != nil {
-			s += fmt.Sprintf("-%v", o.KeyEnd)
-		}
-		return s + fmt.Sprintf(" in set %s %s", t, o.Set)
+		// As nft writes it ("198.19.0.11 . tcp . 80 : goto svc-…"): the message is read by people.
+		return fmt.Sprintf("{ %s } in set %s %s", renderElement(*o), t, o.Set)
 	}
 	return fmt.Sprintf("%T", op.Object)
 }

@@ -6,6 +6,7 @@ package proxier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -58,6 +59,10 @@ type Refuser interface {
 // taken out, so it goes on from there.
 const maxRefusals = 8
 
+// maxRefusalText caps the kernel's error quoted in a KernelRefused message (the op is printed
+// whole, rules included), so the message fits an Event's note.
+const maxRefusalText = 400
+
 // Options are the optional parts of a Proxier: they observe the sync and act after it, never
 // failing it.
 type Options struct {
@@ -109,7 +114,7 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 }
 
 // Sync commits the pending changes (all of the model on the first call). With full it also reads
-// the kernel back and repairs any drift.
+// the kernel back and repairs any drift, and tries again the Services the kernel refused.
 func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error) {
 	start := p.now()
 	retry := full && len(p.refused) > 0
@@ -250,8 +255,16 @@ func (p *Proxier) refuse(owner string, err error) {
 	}
 	p.refused[key] = true
 	p.ctMemory.Stage(key, nil)
+	what := err.Error()
+	var oe *nft.OpError
+	if errors.As(err, &oe) {
+		what = oe.Error() // the refused op and the kernel's reason, without the layers' prefixes
+	}
+	if len(what) > maxRefusalText {
+		what = strings.ToValidUTF8(what[:maxRefusalText], "") + "…"
+	}
 	r := &model.Rejection{Reason: model.ReasonKernelRefused, Message: fmt.Sprintf(
-		"service %s: the kernel refused its rules (%v); every other Service was programmed; it is tried again when it changes and at the next full resync", key, err)}
+		"service %s: the kernel refused its rules (%s); every other Service was programmed; it is tried again when it changes and at the next full resync", key, what)}
 	if rf, ok := p.src.(Refuser); ok {
 		tried, ok := p.tried[key]
 		if !ok {
