@@ -366,3 +366,57 @@ func TestDriftIsNotBlamedOnAService(t *testing.T) {
 		}
 	})
 }
+
+// counting counts transactions.
+type counting struct {
+	nft.Interface
+	applies int
+}
+
+func (c *counting) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	c.applies++
+	return c.Interface.Apply(ctx, tx)
+}
+
+// TestKernelTakesOutEveryRefusedServiceInOneRound: the kernel processes the whole batch and
+// reports every refused message, so Services refused together are taken out together: more of
+// them than the round bound, in one sync of two transactions.
+func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
+	ns := netns.New(t, "nftp-iso")
+	raw, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	k := refuse(raw)
+	c := &counting{Interface: k}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	var bad, names []string
+	for i := 0; i < maxRefusals+3; i++ {
+		bad = append(bad, fmt.Sprintf("bad-%d", i))
+	}
+	for i, n := range append([]string{"good"}, bad...) {
+		addService(tr, n, i)
+		names = append(names, n)
+	}
+	k.set(bad...)
+	if _, err := newProxier(t, c, tr, nil).Sync(context.Background(), true); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if c.applies != 2 {
+		t.Errorf("%d transactions, want 2: the refused one and the one without every refused Service", c.applies)
+	}
+	got := programmed(t, raw, names...)
+	for _, n := range names {
+		if got[n] != (n == "good") {
+			t.Fatalf("programmed %v; want only good", got)
+		}
+	}
+	for _, n := range bad {
+		if s := tr.Service(model.ServiceKey{Namespace: "default", Name: n}); s == nil || s.Rejected == nil ||
+			s.Rejected.Reason != model.ReasonKernelRefused || !strings.Contains(s.Rejected.Message, "/"+n+"/") {
+			t.Fatalf("%s = %+v; want rejected with %s quoting its own op", n, s, model.ReasonKernelRefused)
+		}
+	}
+	matchesModel(t, raw, tr)
+}

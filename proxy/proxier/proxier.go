@@ -6,7 +6,6 @@ package proxier
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -53,10 +52,11 @@ type Refuser interface {
 	RetryRefused()
 }
 
-// maxRefusals bounds how many Services one sync takes out after kernel refusals (each costs
-// one more attempt at the transaction), beyond those it tries again (a full resync retries every
-// refused Service). A sync that hits it fails; the next one starts without the Services already
-// taken out, so it goes on from there.
+// maxRefusals bounds the rounds of one sync that take Services out after kernel refusals (each
+// round costs one more attempt at the transaction and takes out every Service the kernel
+// refused in it), beyond one per Service it tries again (a full resync retries every refused
+// Service). A sync that hits it fails; the next one starts without the Services already taken
+// out, so it goes on from there.
 const maxRefusals = 8
 
 // maxRefusalText caps the kernel's error quoted in a KernelRefused message (the op is printed
@@ -237,7 +237,13 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 		if !ok || owner == baseOwner || n == limit {
 			break
 		}
-		p.refuse(owner, err)
+		// Every Service with a refused op goes in one round (the kernel reports them all; the
+		// base layout never depends on a Service's objects, so none is refused for another's).
+		for _, rf := range reconciler.Refusals(err) {
+			if rf.Owner != baseOwner {
+				p.refuse(rf.Owner, rf.Err)
+			}
+		}
 		n++
 		res, err = p.rec.Commit(ctx, false)
 	}
@@ -246,8 +252,9 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 	return res, err
 }
 
-// refuse takes owner's Service out of the ruleset and reports it with ReasonKernelRefused.
-func (p *Proxier) refuse(owner string, err error) {
+// refuse takes owner's Service out of the ruleset and reports it with ReasonKernelRefused;
+// oe is the op of it the kernel refused.
+func (p *Proxier) refuse(owner string, oe *nft.OpError) {
 	ns, name, _ := strings.Cut(owner, "/")
 	key := model.ServiceKey{Namespace: ns, Name: name}
 	for _, b := range p.builders {
@@ -255,11 +262,7 @@ func (p *Proxier) refuse(owner string, err error) {
 	}
 	p.refused[key] = true
 	p.ctMemory.Stage(key, nil)
-	what := err.Error()
-	var oe *nft.OpError
-	if errors.As(err, &oe) {
-		what = oe.Error() // the refused op and the kernel's reason, without the layers' prefixes
-	}
+	what := oe.Error() // the refused op and the kernel's reason
 	if len(what) > maxRefusalText {
 		what = strings.ToValidUTF8(what[:maxRefusalText], "") + "…"
 	}

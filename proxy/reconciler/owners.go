@@ -17,7 +17,16 @@ type RefusedError struct {
 	// is false when no owner does (the table itself, deleting an object nobody wants).
 	Owner string
 	Owned bool
-	err   error
+	// Refusals lists, per owner, the first of its ops the kernel refused in the batch (Owner's
+	// first, when owned): the kernel reports them all (nft.OpError.Also).
+	Refusals []Refusal
+	err      error
+}
+
+// Refusal is one owner's refused op.
+type Refusal struct {
+	Owner string
+	Err   *nft.OpError
 }
 
 func (e *RefusedError) Error() string { return e.err.Error() }
@@ -32,6 +41,16 @@ func Refused(err error) bool {
 	return errors.As(err, &re)
 }
 
+// Refusals returns, per owner, the op the kernel refused, if err is a Commit error whose first
+// refused op has an owner (see RefusedOwner).
+func Refusals(err error) []Refusal {
+	var re *RefusedError
+	if errors.As(err, &re) && re.Owned {
+		return re.Refusals
+	}
+	return nil
+}
+
 // RefusedOwner returns the owner of the op the kernel refused, if err is a Commit error that
 // names one. A refusal of an op no owner wants names none: that is a failure of the sync as a
 // whole.
@@ -41,6 +60,23 @@ func RefusedOwner(err error) (string, bool) {
 		return re.Owner, true
 	}
 	return "", false
+}
+
+// refusedError builds the error of a transaction the kernel refused with oe.
+func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err error) *RefusedError {
+	re := &RefusedError{err: err}
+	re.Owner, re.Owned = r.ownerOf(tx.Ops[oe.Index])
+	seen := map[string]bool{}
+	for _, e := range append([]*nft.OpError{oe}, oe.Also...) {
+		if e.Index < 0 || e.Index >= tx.Len() {
+			continue
+		}
+		if owner, ok := r.ownerOf(tx.Ops[e.Index]); ok && !seen[owner] {
+			seen[owner] = true
+			re.Refusals = append(re.Refusals, Refusal{Owner: owner, Err: e})
+		}
+	}
+	return re
 }
 
 // ownerOf names the owner of the object op acts on: the owner of the chain (for a rule, its

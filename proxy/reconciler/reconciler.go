@@ -243,8 +243,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 					tb.dirty = plans[i].keys
 				}
 			}
-			owner, owned := r.ownerOf(tx.Ops[oe.Index])
-			return res, &RefusedError{Owner: owner, Owned: owned, err: err}
+			return res, r.refusedError(tx, oe, err)
 		}
 	}
 	for i, tb := range r.tables {
