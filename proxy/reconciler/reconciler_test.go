@@ -429,3 +429,30 @@ func TestLongAndOddNamesFullResyncRepairsNothing(t *testing.T) {
 		h.check()
 	})
 }
+
+// TestRefusedSharedElementNamesAnOwnerThatHoldsIt: an element two owners want is traced to one
+// that still holds it, also after the owner that added it first has let it go.
+func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
+	f := nft.NewFake()
+	tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+	r := New(f, logr.Discard(), time.Now, tbl)
+	set := nft.Set{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}
+	shared := nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr("198.18.128.10"))}}
+	own := func(a string) nft.Element {
+		return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr(a))}}
+	}
+	r.Set(tbl, "", ruleset.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
+	r.Set(tbl, "ns/b", ruleset.Fragment{Elements: []nft.Element{shared}})
+	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
+	f.RefuseOp = func(op nft.Op) syscall.Errno {
+		if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == shared.Key[0] {
+			return syscall.EPERM
+		}
+		return 0
+	}
+	_, err := r.Commit(context.Background(), false)
+	if owner, ok := RefusedOwner(err); !ok || owner != "ns/b" {
+		t.Fatalf("RefusedOwner(%v) = %q, %v; want ns/b, the owner that still holds the element", err, owner, ok)
+	}
+}
