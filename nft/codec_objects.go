@@ -30,7 +30,6 @@ const (
 	codecFlagsRequest       = unix.NLM_F_REQUEST
 	codecVerdictAcceptCode  = 1 // NF_ACCEPT (chain policy)
 	codecVerdictDropCode    = 0 // NF_DROP
-	codecMaxCommentLen      = 128
 	codecUdataMaxValueBytes = 255
 )
 
@@ -91,13 +90,6 @@ func codecUdataU32(b []byte, typ byte, v uint32) []byte {
 	return binary.NativeEndian.AppendUint32(append(b, typ, 4), v)
 }
 
-func codecCheckComment(c string) error {
-	if len(c) >= codecMaxCommentLen {
-		return fmt.Errorf("comment of %d bytes is too long: nft accepts at most %d", len(c), codecMaxCommentLen-1)
-	}
-	return nil
-}
-
 // codecHook returns the netfilter hook number of h.
 func codecHook(h Hook) (uint32, bool) {
 	switch h {
@@ -127,6 +119,9 @@ func codecHookName(n uint32) Hook {
 
 // addOp encodes op i. Errors found before sending are returned as *OpError for op i.
 func (b *codecBatch) addOp(i int, op Op, rc *codecRuleCtx) error {
+	if err := checkOpStrings(op); err != nil {
+		return err
+	}
 	w := &b.w
 	switch o := op.Object.(type) {
 	case *TableObj:
@@ -210,9 +205,6 @@ func (b *codecBatch) rule(i int, verb Verb, r *Rule, rc *codecRuleCtx) error {
 		if r.Handle != 0 {
 			return fmt.Errorf("a rule to add must not carry a handle (%d): rules are appended", r.Handle)
 		}
-		if err := codecCheckComment(r.Comment); err != nil {
-			return err
-		}
 		m := b.begin(unix.NFT_MSG_NEWRULE, codecFlagsCreateAppend, i)
 		w.str(unix.NFTA_RULE_TABLE, b.table)
 		w.str(unix.NFTA_RULE_CHAIN, r.Chain)
@@ -256,9 +248,6 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 	}
 	info, err := b.sets(s.Name)
 	if err != nil {
-		return err
-	}
-	if err := codecCheckComment(s.Comment); err != nil {
 		return err
 	}
 	keyID, err := codecTypesID(s.Key)
@@ -438,9 +427,6 @@ func (b *codecBatch) element(i int, verb Verb, e *Element) error {
 	} else if s.Interval {
 		keyEnd = key
 	}
-	if err := codecCheckComment(e.Comment); err != nil {
-		return err
-	}
 	var data []byte
 	if verb == VerbAdd {
 		switch {
@@ -559,11 +545,8 @@ func codecObjectDesc(t Table, op Op) string {
 		}
 		return s
 	case *Element:
-		s := fmt.Sprintf("%v", o.Key)
-		if o.KeyEnd != nil {
-			s += fmt.Sprintf("-%v", o.KeyEnd)
-		}
-		return s + fmt.Sprintf(" in set %s %s", t, o.Set)
+		// As nft writes it ("198.19.0.11 . tcp . 80 : goto svc-…"): the message is read by people.
+		return fmt.Sprintf("{ %s } in set %s %s", renderElement(*o), t, o.Set)
 	}
 	return fmt.Sprintf("%T", op.Object)
 }

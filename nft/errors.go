@@ -15,6 +15,10 @@ type OpError struct {
 	Err    error
 	// Detail is the kernel's extended-ack message, when it sent one.
 	Detail string
+	// Also lists the other ops the kernel refused in the same batch (it processes the whole
+	// batch and reports each refused message before aborting), in batch order. Empty when only
+	// this one is known (one refusal, an error found before sending, the Fake).
+	Also []*OpError
 }
 
 func (e *OpError) Error() string {

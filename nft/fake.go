@@ -32,6 +32,11 @@ type Fake struct {
 	// Applied counts the transactions committed, Refused those that failed; tests use them to
 	// check that a sync did (or did not) touch the kernel.
 	Applied, Refused int
+	// RefuseOp, when set, is asked about each op of a transaction just before the op is applied;
+	// a non-zero errno refuses that op, as the kernel refuses one message part-way through a
+	// batch: the ops before it were applied to the working copy, and the whole transaction is
+	// dropped. Tests inject kernel refusals with it.
+	RefuseOp func(op Op) syscall.Errno
 }
 
 // NewFake returns an empty fake kernel: no tables.
@@ -99,13 +104,15 @@ type fakeTx struct {
 	tables  map[Table]*fakeTable
 	cloned  map[Table]bool
 	touched []Table
+	// refuse is the Fake's RefuseOp.
+	refuse func(op Op) syscall.Errno
 	// validateEach makes every add check reachability at once (the replay that finds which op
 	// broke a rule of the table, as the kernel does after a failed commit-time validation).
 	validateEach bool
 }
 
 func (f *Fake) begin() *fakeTx {
-	return &fakeTx{tables: maps.Clone(f.tables), cloned: map[Table]bool{}}
+	return &fakeTx{tables: maps.Clone(f.tables), cloned: map[Table]bool{}, refuse: f.RefuseOp}
 }
 
 // table returns the working copy of t, or nil if t does not exist.
@@ -157,6 +164,11 @@ func (f *Fake) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 
 func (w *fakeTx) run(ops []Op) error {
 	for i, op := range ops {
+		if w.refuse != nil {
+			if errno := w.refuse(op); errno != 0 {
+				return fakeErr(i, op, errno, "refused by the test's RefuseOp")
+			}
+		}
 		if err := w.apply(i, op); err != nil {
 			return err
 		}

@@ -1,8 +1,22 @@
 package nft
 
+import "strings"
+
 func confTxCases() []confCase {
 	t4, t6 := confTables[0], confTables[1]
+	long := strings.Repeat("n", MaxNameLen)
 	return []confCase{
+		// Names and comments over the limits, or holding a NUL the kernel would cut at, are
+		// refused before anything is sent, naming the op.
+		{name: "tx/string-limits", steps: []confStep{
+			{ops: []confBuild{add(&TableObj{}), add(ch(long)), add(rule(long, strings.Repeat("c", MaxCommentLen), accept))},
+				want: "table ip nftproxy {\n\tchain " + long + " {\n\t\taccept comment \"" + strings.Repeat("c", MaxCommentLen) + "\"\n\t}\n}\n"},
+			{ops: []confBuild{add(ch(long + "x"))}, err: fail("invalid", 0), want: confSame},
+			{ops: []confBuild{add(ch("a")), add(ch("b\x00c"))}, err: fail("invalid", 1), want: confSame},
+			{ops: []confBuild{add(rule(long, strings.Repeat("c", MaxCommentLen+1), accept))}, err: fail("invalid", 0), want: confSame},
+			{ops: []confBuild{add(rule(long, "a\x00b", accept))}, err: fail("invalid", 0), want: confSame},
+			{ops: []confBuild{add(&Set{Name: "s", Key: []Type{TypeIPv4Addr}, Comment: "a\x00"})}, err: fail("invalid", 0), want: confSame},
+		}},
 		{name: "tx/atomic-rollback", steps: []confStep{
 			{ops: []confBuild{add(&TableObj{}), add(ch("a")), add(rule("a", "keep", accept))},
 				want: "table ip nftproxy {\n\tchain a {\n\t\taccept comment \"keep\"\n\t}\n}\n"},

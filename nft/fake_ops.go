@@ -13,6 +13,9 @@ func (w *fakeTx) apply(i int, op Op) error {
 	if _, ok := op.Object.(*TableObj); ok {
 		return w.applyTable(i, op)
 	}
+	if err := checkOpStrings(op); err != nil {
+		return fakeErr(i, op, syscall.EINVAL, "%v", err)
+	}
 	ft := w.table(op.Table)
 	if ft == nil {
 		return fakeErr(i, op, syscall.ENOENT, "table %s does not exist: add the table first", op.Table)

@@ -276,6 +276,15 @@ func (k *Kernel) collect(ctx context.Context, tx *Transaction, b *codecBatch) er
 	}
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].seq < errs[j].seq })
 	first := k.opError(tx, b, errs[0])
+	if first.Index >= 0 {
+		seen := map[int]bool{first.Index: true}
+		for _, e := range errs[1:] {
+			if oe := k.opError(tx, b, e); oe.Index >= 0 && !seen[oe.Index] {
+				seen[oe.Index] = true
+				first.Also = append(first.Also, oe)
+			}
+		}
+	}
 	if len(errs) > 1 {
 		return fmt.Errorf("apply transaction (%d ops): %d ops refused, first: %w", len(tx.Ops), len(errs), first)
 	}

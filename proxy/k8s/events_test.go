@@ -141,3 +141,24 @@ func drain(rec *events.FakeRecorder) []string {
 		}
 	}
 }
+
+// TestReporterSendsKernelRefusals: a Service the kernel refused (recorded in the Tracker by the
+// sync loop, not seen by any informer) gets its Event like any other rejection.
+func TestReporterSendsKernelRefusals(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-1"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	tr.UpsertService(svc)
+	key := model.ServiceKey{Namespace: "ns", Name: "a"}
+	refusal := rej(model.ReasonKernelRefused, "service ns/a: the kernel refused its rules")
+	tr.RefuseService(key, tr.Service(key), refusal)
+
+	rec := events.NewFakeRecorder(10)
+	r := newReporter(rec, func(model.ServiceKey) *corev1.Service { return svc }, time.Minute, time.Now, logr.Discard())
+	r.scan(tr.Snapshot())
+	want := []string{"Warning KernelRefused " + refusal.Message + "; the Service is not programmed, other Services are unaffected"}
+	if got := drain(rec); !slices.Equal(got, want) {
+		t.Fatalf("events = %q; want %q", got, want)
+	}
+}

@@ -134,6 +134,15 @@ func (s *Source) Ready() bool { return s.ready.Load() }
 // /healthz fails once that lasts longer than its timeout, while the rules keep serving.
 func (s *Source) FailingSince() time.Time { return s.reach.since() }
 
+// Rescan asks the rejection scanner to look again soon; it never blocks. The informers poke it
+// themselves; this is for rejections found elsewhere (a Service the kernel refused).
+func (s *Source) Rescan() {
+	select {
+	case s.scan <- struct{}{}:
+	default:
+	}
+}
+
 // Run starts the informers, feeds tracker until ctx ends and calls notify after every change.
 // It returns nil when ctx ends; it is not restartable.
 func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func()) error {
@@ -143,10 +152,7 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 	log := s.cfg.Logger
 	changed := func() {
 		notify()
-		select {
-		case s.scan <- struct{}{}:
-		default:
-		}
+		s.Rescan()
 	}
 	strip := informers.WithTransform(stripManagedFields)
 	selected := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,

@@ -54,7 +54,7 @@ func TestInvalidCorpus(t *testing.T) {
 	t.Run("every reason has a corpus file", func(t *testing.T) {
 		var missing []string
 		for _, r := range model.AllReasons() {
-			if !covered[r] {
+			if !covered[r] && r != model.ReasonKernelRefused { // no input is meant to produce it
 				missing = append(missing, r)
 			}
 		}

@@ -41,6 +41,11 @@ const (
 	// ReasonServiceConflict: the Service's ports overlap those of an older Service on the same
 	// IP and protocol (or on the node ports).
 	ReasonServiceConflict = "ServiceConflict"
+	// ReasonKernelRefused: the model accepted the Service but the kernel refused one of its
+	// objects when it was committed; the rest of the node was programmed without it. No input
+	// is meant to produce it (names and comments fit the kernel's limits by construction), so
+	// no test corpus holds a Service for it.
+	ReasonKernelRefused = "KernelRefused"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -51,6 +56,7 @@ func AllReasons() []string {
 		ReasonAllPortsNodePort, ReasonAllPortsHeadless, ReasonAllPortsExternalIPs,
 		ReasonAllPortsWithRanges, ReasonNodePortRangeWidth, ReasonNodePortRangeUnknownName,
 		ReasonInvalidAddress, ReasonInvalidPort, ReasonServiceConflict,
+		ReasonKernelRefused,
 	}
 }
 

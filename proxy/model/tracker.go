@@ -59,6 +59,9 @@ type trackedService struct {
 	created  time.Time
 	final    *Service // published model; nil when ignored
 	warnings []string
+	// refused is the accepted model the kernel refused (final then holds the rejection); nil
+	// when not refused. See RefuseService.
+	refused *Service
 }
 
 // NewTracker returns an empty Tracker.
@@ -354,13 +357,47 @@ func (t *Tracker) publish(finals map[ServiceKey]*Service) []rejectionEvent {
 			if oldR, newR := rejectionOf(ts.final), rejectionOf(final); !reflect.DeepEqual(oldR, newR) {
 				events = append(events, rejectionEvent{k, newR})
 			}
-			ts.final = final
+			ts.final, ts.refused = final, nil
 		}
 		if ts.obj == nil && ts.final == nil {
 			delete(t.services, k)
 		}
 	}
 	return events
+}
+
+// RefuseService records that the kernel refused tried, the model of key that the sync loop
+// tried to program: the Service is published as rejected with r, so it is reported like any
+// rejection (OnRejection, Snapshot, Events), until it changes or RetryRefused. It is not marked
+// changed: the sync loop has already taken it out. A tried model that is no longer current (the
+// Service changed meanwhile) is left alone: its new version is still to be tried.
+func (t *Tracker) RefuseService(key ServiceKey, tried *Service, r *Rejection) {
+	t.update(func() []rejectionEvent {
+		ts := t.services[key]
+		if ts == nil || ts.final == nil || ts.final != tried || tried.Rejected != nil {
+			return nil
+		}
+		ts.refused, ts.final = tried, &Service{Key: key, Rejected: r}
+		return []rejectionEvent{{key, r}}
+	})
+}
+
+// RetryRefused publishes again the accepted model of every Service the kernel refused, marked
+// changed, so that the next sync tries them again (the sync loop calls it on a full resync).
+func (t *Tracker) RetryRefused() {
+	t.update(func() []rejectionEvent {
+		var events []rejectionEvent
+		for k, ts := range t.services {
+			if ts.refused != nil {
+				ts.final, ts.refused = ts.refused, nil
+				t.changed[k] = true
+				t.markPending()
+				events = append(events, rejectionEvent{k, nil})
+			}
+		}
+		sort.Slice(events, func(i, j int) bool { return events[i].key.String() < events[j].key.String() })
+		return events
+	})
 }
 
 func rejectionOf(s *Service) *Rejection {

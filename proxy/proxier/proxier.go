@@ -43,6 +43,26 @@ type Source interface {
 	Snapshot() model.Snapshot
 }
 
+// Refuser is implemented by a Source that reports Services the kernel refused (model.Tracker:
+// as rejections, so logs, nftproxy_invalid_services_total and Events report them).
+type Refuser interface {
+	// RefuseService records that the kernel refused tried, the model of key a sync tried.
+	RefuseService(key model.ServiceKey, tried *model.Service, r *model.Rejection)
+	// RetryRefused makes every refused Service a pending change again.
+	RetryRefused()
+}
+
+// maxRefusals bounds the rounds of one sync that take Services out after kernel refusals (each
+// round costs one more attempt at the transaction and takes out every Service the kernel
+// refused in it), beyond one per Service it tries again (a full resync retries every refused
+// Service). A sync that hits it fails; the next one starts without the Services already taken
+// out, so it goes on from there.
+const maxRefusals = 8
+
+// maxRefusalText caps the kernel's error quoted in a KernelRefused message (the op is printed
+// whole, rules included), so the message fits an Event's note.
+const maxRefusalText = 400
+
 // Options are the optional parts of a Proxier: they observe the sync and act after it, never
 // failing it.
 type Options struct {
@@ -69,7 +89,13 @@ type Proxier struct {
 	opts     Options
 	ctMemory *conntrack.Memory
 
-	primed       bool // the whole model has been handed to the reconciler once
+	primed bool // the whole model has been handed to the reconciler once
+
+	// refused holds the Services taken out after the kernel refused them, until they change or
+	// the next full sync tries them again; tried maps each Service handed to the reconciler in
+	// the current sync to the model it was built from.
+	refused      map[model.ServiceKey]bool
+	tried        map[model.ServiceKey]*model.Service
 	node         *model.Node
 	lastSuccess  time.Time
 	failingSince time.Time
@@ -83,34 +109,50 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 		tables = append(tables, b.Table())
 	}
 	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now, opts: opts,
-		ctMemory: conntrack.NewMemory(), rec: reconciler.New(kernel, log, now, tables...)}
+		ctMemory: conntrack.NewMemory(), rec: reconciler.New(kernel, log, now, tables...),
+		refused: map[model.ServiceKey]bool{}}
 }
 
 // Sync commits the pending changes (all of the model on the first call). With full it also reads
-// the kernel back and repairs any drift.
+// the kernel back and repairs any drift, and tries again the Services the kernel refused.
 func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error) {
 	start := p.now()
+	retry := full && len(p.refused) > 0
+	limit := maxRefusals
+	if retry {
+		limit += len(p.refused)
+	}
+	if rf, ok := p.src.(Refuser); ok && retry {
+		rf.RetryRefused() // before TakeChanges: they come back as changes of this sync
+	}
 	ch := p.src.TakeChanges()
 	if p.obs != nil && len(ch.Services) > 0 {
 		p.obs.Changed(len(ch.Services))
 	}
-	if !p.primed {
-		p.setAll(p.src.Snapshot())
-		p.primed = true
-	} else if ch.Node {
+	if !p.primed || ch.Node {
 		// The node's addresses and zone shape every Service (node ports, topology, source
 		// ranges): rebuild them all. Node changes are rare; Service changes stay O(change).
 		p.setAll(p.src.Snapshot())
+		p.primed = true
 	} else {
-		for _, k := range ch.Services {
+		keys := ch.Services
+		if retry {
+			for k := range p.refused {
+				keys = append(keys, k)
+			}
+		}
+		p.tried = make(map[model.ServiceKey]*model.Service, len(keys))
+		for _, k := range keys {
 			s := p.src.Service(k)
+			p.tried[k] = s
+			delete(p.refused, k)
 			p.ctMemory.Stage(k, s)
 			for _, b := range p.builders {
 				p.rec.Set(b.Table(), k.String(), b.Service(p.node, s))
 			}
 		}
 	}
-	res, err := p.rec.Commit(ctx, full)
+	res, err := p.commit(ctx, full, limit)
 	d := p.now().Sub(start)
 	if p.obs != nil {
 		p.obs.Synced(res.Full, d, res, err)
@@ -143,6 +185,12 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 // the model since the last call are removed.
 func (p *Proxier) setAll(snap model.Snapshot) {
 	p.node = snap.Node
+	p.tried = snap.Services
+	for k := range p.refused {
+		if s := snap.Services[k]; s == nil || s.Rejected == nil || s.Rejected.Reason != model.ReasonKernelRefused {
+			delete(p.refused, k) // tried again below
+		}
+	}
 	for _, s := range snap.Services {
 		p.ctMemory.Stage(s.Key, s)
 	}
@@ -163,6 +211,72 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 			}
 		}
 	}
+}
+
+// commit has the reconciler commit, isolating Services whose ops the kernel refuses: the
+// Service is taken out (its fragment emptied, as a rejected Service's) and reported, and the
+// rest is committed in the same sync. A refusal during a partial commit is first retried as a
+// full one: drift (someone deleting what an op relies on) makes the kernel refuse innocent ops,
+// and the read-back repairs it at once. A refused op of the base layout, or of no owner, after
+// a read-back fails the sync, as does a failure of unknown extent.
+// Work beyond one Commit happens only after a refusal.
+func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.Result, error) {
+	res, err := p.rec.Commit(ctx, full)
+	fresh := res.Full // the kernel was read back in this sync
+	repairs := 0
+	for n := 0; err != nil && reconciler.Refused(err); {
+		if res.Full {
+			repairs += res.Repairs // found by a Commit that failed; the next one repairs them
+		}
+		if !fresh {
+			res, err = p.rec.Commit(ctx, true)
+			fresh = true
+			continue
+		}
+		owner, ok := reconciler.RefusedOwner(err)
+		if !ok || owner == baseOwner || n == limit {
+			break
+		}
+		// Every Service with a refused op goes in one round (the kernel reports them all; the
+		// base layout never depends on a Service's objects, so none is refused for another's).
+		for _, rf := range reconciler.Refusals(err) {
+			if rf.Owner != baseOwner {
+				p.refuse(rf.Owner, rf.Err)
+			}
+		}
+		n++
+		res, err = p.rec.Commit(ctx, false)
+	}
+	res.Repairs += repairs
+	res.Full = fresh
+	return res, err
+}
+
+// refuse takes owner's Service out of the ruleset and reports it with ReasonKernelRefused;
+// oe is the op of it the kernel refused.
+func (p *Proxier) refuse(owner string, oe *nft.OpError) {
+	ns, name, _ := strings.Cut(owner, "/")
+	key := model.ServiceKey{Namespace: ns, Name: name}
+	for _, b := range p.builders {
+		p.rec.Set(b.Table(), owner, ruleset.Fragment{})
+	}
+	p.refused[key] = true
+	p.ctMemory.Stage(key, nil)
+	what := oe.Error() // the refused op and the kernel's reason
+	if len(what) > maxRefusalText {
+		what = strings.ToValidUTF8(what[:maxRefusalText], "") + "…"
+	}
+	r := &model.Rejection{Reason: model.ReasonKernelRefused, Message: fmt.Sprintf(
+		"service %s: the kernel refused its rules (%s); every other Service was programmed; it is tried again when it changes and at the next full resync", key, what)}
+	if rf, ok := p.src.(Refuser); ok {
+		tried, ok := p.tried[key]
+		if !ok {
+			tried = p.src.Service(key) // not handed over in this sync: what the kernel held
+		}
+		rf.RefuseService(key, tried, r)
+		return
+	}
+	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
 }
 
 // afterCommit runs what depends on the new rules being in place: stale UDP flows are deleted

@@ -12,6 +12,10 @@ import (
 type elemEntry struct {
 	el   nft.Element
 	refs int
+	// owner is the owner that first wanted the element (desired index only); shared is set once
+	// another owner wants it too, and then the owners are found by looking (see ownerOf).
+	owner  string
+	shared bool
 }
 
 // index is one table's objects, by name: what we want (desired) or what the kernel holds

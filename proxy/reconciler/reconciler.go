@@ -7,6 +7,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -39,12 +40,16 @@ type Result struct {
 type Counts struct{ Chains, Rules, Sets, Elements int }
 
 type table struct {
-	t       nft.Table
-	owners  map[string]ruleset.Fragment
-	desired *index
-	applied *index // nil: unknown, read the kernel on the next Commit
-	dirty   keys
-	stale   map[string]time.Time // chains flushed because nobody wants them, and since when
+	t      nft.Table
+	owners map[string]ruleset.Fragment
+	// chainOwner and setOwner name the owner of each desired chain and set, so that a refused
+	// op can be traced to the Service it came from (elements carry theirs in the index).
+	// Kept up to date by Set: the cost is the fragment's, never the table's.
+	chainOwner, setOwner map[string]string
+	desired              *index
+	applied              *index // nil: unknown, read the kernel on the next Commit
+	dirty                keys
+	stale                map[string]time.Time // chains flushed because nobody wants them, and since when
 }
 
 // Reconciler is owned by one goroutine (the sync loop); it is not safe for concurrent use.
@@ -60,6 +65,7 @@ func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...
 	r := &Reconciler{kernel: kernel, log: log, now: now}
 	for _, t := range tables {
 		r.tables = append(r.tables, &table{t: t, owners: map[string]ruleset.Fragment{},
+			chainOwner: map[string]string{}, setOwner: map[string]string{},
 			desired: newIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
 	return r
@@ -89,6 +95,7 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	for i := range f.Chains {
 		c := f.Chains[i]
 		newChains[c.Chain.Name] = true
+		tb.chainOwner[c.Chain.Name] = owner
 		if cur, ok := d.chains[c.Chain.Name]; !ok || !sameChain(&cur.Chain, &c.Chain) || !sameRules(cur.Rules, c.Rules) {
 			d.putChain(&c)
 			tb.dirty.chains[c.Chain.Name] = true
@@ -96,6 +103,9 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	}
 	for _, c := range old.Chains {
 		if !newChains[c.Chain.Name] {
+			if tb.chainOwner[c.Chain.Name] == owner {
+				delete(tb.chainOwner, c.Chain.Name)
+			}
 			d.delChain(c.Chain.Name)
 			tb.dirty.chains[c.Chain.Name] = true
 		}
@@ -104,6 +114,7 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	for i := range f.Sets {
 		s := f.Sets[i]
 		newSets[s.Name] = true
+		tb.setOwner[s.Name] = owner
 		if cur, ok := d.sets[s.Name]; !ok || !sameSet(cur, &s) {
 			d.putSet(&s)
 			tb.dirty.sets[s.Name] = true
@@ -111,6 +122,9 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	}
 	for _, s := range old.Sets {
 		if !newSets[s.Name] {
+			if tb.setOwner[s.Name] == owner {
+				delete(tb.setOwner, s.Name)
+			}
 			d.delSet(s.Name)
 			tb.dirty.sets[s.Name] = true
 		}
@@ -122,6 +136,9 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 		id := ruleset.ElementID(&e)
 		if cur, ok := d.elems[id]; ok {
 			cur.refs++
+			if cur.owner != owner {
+				cur.shared = true
+			}
 			if !sameElement(&cur.el, &e) {
 				cur.el = e
 				tb.dirty.elems[id] = true
@@ -129,6 +146,7 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 			continue
 		}
 		d.putElem(id, e)
+		d.elems[id].owner = owner
 		tb.dirty.elems[id] = true
 	}
 	for i := range old.Elements {
@@ -171,8 +189,11 @@ func (r *Reconciler) Invalidate() {
 }
 
 // Commit sends what changed as one transaction. With full, or when the kernel state is unknown
-// (first Commit, after a failure), it reads the kernel back and diffs everything. On error the
-// kernel is unchanged (the transaction is atomic) and the next Commit is a full one.
+// (first Commit, after a failure of unknown extent), it reads the kernel back and diffs
+// everything. On error the kernel is unchanged (the transaction is atomic). When the kernel
+// named the op it refused, the error is a *RefusedError naming that op's owner (if one owns it)
+// and what changed stays pending for the next Commit, which may stay partial; any other failure
+// makes the next Commit a full one.
 func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 	res := Result{Objects: map[nft.Family]Counts{}}
 	for _, tb := range r.tables {
@@ -207,8 +228,22 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 		st, err := r.kernel.Apply(ctx, tx)
 		res.Stats = st
 		if err != nil {
-			r.Invalidate()
-			return res, fmt.Errorf("apply transaction (%d ops): %w", tx.Len(), err)
+			err = fmt.Errorf("apply transaction (%d ops): %w", tx.Len(), err)
+			var oe *nft.OpError
+			if !errors.As(err, &oe) || oe.Index < 0 || oe.Index >= tx.Len() {
+				r.Invalidate() // the kernel's state is unknown: read it back next time
+				return res, err
+			}
+			// The kernel named the op it refused and aborted the whole batch: it holds what it
+			// held, so what we believe it holds stays true and the next Commit may be partial.
+			// After a full Commit, "what changed" is every key: keep them pending, so the next
+			// Commit still repairs the drift this one found, without reading the kernel again.
+			if res.Full {
+				for i, tb := range r.tables {
+					tb.dirty = plans[i].keys
+				}
+			}
+			return res, r.refusedError(tx, oe, err)
 		}
 	}
 	for i, tb := range r.tables {

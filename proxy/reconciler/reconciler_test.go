@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -303,28 +304,155 @@ func (f *failing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, er
 	return f.Interface.Apply(ctx, tx)
 }
 
-func TestFailedCommitKeepsStateAndRetriesFull(t *testing.T) {
+// TestUnknownFailureRetriesFull: a failure that does not say which op was refused (the batch
+// as a whole, a socket error) leaves the kernel's state unknown, so the next Commit reads it back.
+func TestUnknownFailureRetriesFull(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
 		k := &failing{Interface: open()}
 		h := newHarness(t, k)
 		h.put(svc(1, 1))
 		h.commit(false)
-		before, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
 
-		k.fails, k.err = 1, &nft.OpError{Index: 3, Op: "add rule", Err: syscall.ENOBUFS}
+		k.fails, k.err = 1, &nft.OpError{Index: -1, Err: syscall.ENOBUFS}
 		h.put(svc(2, 2))
 		_, err := h.rec.Commit(context.Background(), false)
 		if err == nil || !errors.Is(err, syscall.ENOBUFS) {
 			t.Fatalf("commit error = %v, want the kernel's ENOBUFS wrapped", err)
 		}
-		after, _ := k.Dump(context.Background(), nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable})
-		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
-			t.Fatalf("a failed commit changed the kernel:\n%s", d)
+		if _, ok := RefusedOwner(err); ok {
+			t.Errorf("an error naming no op was traced to an owner: %v", err)
 		}
 		res := h.commit(false)
 		if !res.Full {
-			t.Error("the commit after a failure was not a full one")
+			t.Error("the commit after a failure of unknown extent was not a full one")
 		}
 		h.check()
 	})
+}
+
+// refuseChains makes the kernel truly refuse an op part-way through the batch: on the fake
+// through its RefuseOp hook (a rule added to one of chains), on the real kernel by rewriting
+// the verdict of map elements that go to one of chains into a jump to a chain that does not
+// exist (ENOENT from the kernel, found by the extended ack).
+func refuseChains(k nft.Interface, chains ...string) nft.Interface {
+	set := map[string]bool{}
+	for _, c := range chains {
+		set[c] = true
+	}
+	if f, ok := k.(*nft.Fake); ok {
+		f.RefuseOp = func(op nft.Op) syscall.Errno {
+			if r, ok := op.Object.(*nft.Rule); ok && op.Verb == nft.VerbAdd && set[r.Chain] {
+				return syscall.EPERM
+			}
+			return 0
+		}
+		return f
+	}
+	return &refusing{Interface: k, chains: set}
+}
+
+// refusing rewrites element verdicts that go to chains into jumps to a missing chain.
+type refusing struct {
+	nft.Interface
+	chains map[string]bool
+}
+
+func (k *refusing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	out := &nft.Transaction{Table: tx.Table, Ops: append([]nft.Op(nil), tx.Ops...)}
+	for i, op := range out.Ops {
+		if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && e.Verdict != nil && k.chains[e.Verdict.Chain] {
+			bad, v := *e, *e.Verdict
+			v.Chain = "no-such-chain"
+			bad.Verdict = &v
+			out.Ops[i].Object = &bad
+		}
+	}
+	return k.Interface.Apply(ctx, out)
+}
+
+// TestRefusedCommitKeepsKernelAndNamesOwner: the kernel refuses one op of a Service part-way
+// through a batch. Nothing of the batch stays (ops before the refused one included), the error
+// names the Service, and once its fragment is removed the next Commit is partial and programs
+// everything else.
+func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		bad := svc(3, 2)
+		raw := open()
+		k := refuseChains(raw, ruleset.ServiceChain(bad.Ports[0].Name), ruleset.ExternalChain(bad.Ports[0].Name))
+		h := newHarness(t, k)
+		h.put(svc(1, 1))
+		h.commit(false)
+		tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+		before, _ := raw.Dump(context.Background(), tbl)
+
+		h.put(svc(2, 2), bad, svc(4, 1))
+		_, err := h.rec.Commit(context.Background(), false)
+		if err == nil {
+			t.Fatal("commit succeeded, want the injected refusal")
+		}
+		owner, ok := RefusedOwner(err)
+		if !ok || owner != bad.Key.String() {
+			t.Fatalf("RefusedOwner(%v) = %q, %v; want %q", err, owner, ok, bad.Key)
+		}
+		after, _ := raw.Dump(context.Background(), tbl)
+		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+			t.Fatalf("a refused commit changed the kernel:\n%s", d)
+		}
+		h.remove(bad.Key)
+		res := h.commit(false)
+		if res.Full {
+			t.Error("the commit after a refusal that named its op was a full one: the kernel's state was known")
+		}
+		h.check()
+	})
+}
+
+// TestLongAndOddNamesFullResyncRepairsNothing: the Service (team-a, a 63-character
+// name, a 15-character port name, NodePort) and one with names no API server allows (a NUL,
+// multi-byte characters) apply, and a full resync right after finds no drift: what the kernel
+// lists back is what was built.
+func TestLongAndOddNamesFullResyncRepairsNothing(t *testing.T) {
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		h := newHarness(t, open())
+		long := svc(1, 2)
+		long.Key = model.ServiceKey{Namespace: "team-a", Name: "a" + strings.Repeat("b", 61) + "c"}
+		long.Ports[0].Name = model.PortName{Service: long.Key, Port: "abcdefghijklm-o", Protocol: model.TCP}
+		odd := svc(2, 2)
+		odd.Key = model.ServiceKey{Namespace: "a\x00b", Name: strings.Repeat("é", 150)}
+		odd.Ports[0].Name = model.PortName{Service: odd.Key, Port: "p\xff", Protocol: model.TCP}
+		h.put(long, odd, svc(3, 1))
+		h.commit(false)
+		res := h.commit(true)
+		if res.Repairs != 0 || res.Ops != 0 {
+			t.Fatalf("full resync after applying long names: %d repairs, %d ops; want none", res.Repairs, res.Ops)
+		}
+		h.check()
+	})
+}
+
+// TestRefusedSharedElementNamesAnOwnerThatHoldsIt: an element two owners want is traced to one
+// that still holds it, also after the owner that added it first has let it go.
+func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
+	f := nft.NewFake()
+	tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+	r := New(f, logr.Discard(), time.Now, tbl)
+	set := nft.Set{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}
+	shared := nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr("198.18.128.10"))}}
+	own := func(a string) nft.Element {
+		return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr(a))}}
+	}
+	r.Set(tbl, "", ruleset.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
+	r.Set(tbl, "ns/b", ruleset.Fragment{Elements: []nft.Element{shared}})
+	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
+	f.RefuseOp = func(op nft.Op) syscall.Errno {
+		if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == shared.Key[0] {
+			return syscall.EPERM
+		}
+		return 0
+	}
+	_, err := r.Commit(context.Background(), false)
+	if owner, ok := RefusedOwner(err); !ok || owner != "ns/b" {
+		t.Fatalf("RefusedOwner(%v) = %q, %v; want ns/b, the owner that still holds the element", err, owner, ok)
+	}
 }

@@ -57,10 +57,10 @@ func (b *Builder) endpointChain(f *Fragment, p *portPlan, chain, epMap string, e
 	case p.sp.AffinityTimeout > 0:
 		rs = b.affinityRules(f, p, eps)
 	case len(eps) == 1:
-		rs = []nft.Rule{rule(fmt.Sprintf("%s: 1 endpoint", p.name), b.dnat(p, eps[0])...)}
+		rs = []nft.Rule{rule(comment(p.name, ": 1 endpoint"), b.dnat(p, eps[0])...)}
 	default:
 		set := nft.Set{Name: epMap, Key: []nft.Type{nft.TypeInteger}, Data: []nft.Type{b.cfg.Family.AddrType()},
-			NumgenKey: uint32(len(eps)), Comment: p.name + " endpoints"}
+			NumgenKey: uint32(len(eps)), Comment: comment(p.name, " endpoints")}
 		if !p.keepPort {
 			set.Data = append(set.Data, nft.TypeInetService)
 		}
@@ -72,7 +72,7 @@ func (b *Builder) endpointChain(f *Fragment, p *portPlan, chain, epMap string, e
 			}
 			f.Elements = append(f.Elements, nft.Element{Set: epMap, Key: []nft.Value{nft.Int(uint32(i))}, Data: data})
 		}
-		rs = []nft.Rule{rule(fmt.Sprintf("%s: %d endpoints", p.name, len(eps)), protoCmp(p.proto),
+		rs = []nft.Rule{rule(comment(p.name, fmt.Sprintf(": %d endpoints", len(eps))), protoCmp(p.proto),
 			nft.DNATNumgen{Modulus: uint32(len(eps)), Map: epMap, WithPort: !p.keepPort})}
 	}
 	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
@@ -100,17 +100,17 @@ func (b *Builder) affinityRules(f *Fragment, p *portPlan, eps []model.Endpoint) 
 		if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
 			// One set per endpoint, shared by the Cluster and Local chains.
 			f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
-				Timeout: p.sp.AffinityTimeout, Comment: p.name + " clients of " + endpointText(ep)})
+				Timeout: p.sp.AffinityTimeout, Comment: comment(p.name, " clients of "+endpointText(ep))})
 		}
 		update := nft.SetUpdate{Fields: []nft.Field{nft.FieldSaddr}, Set: set}
-		sticky = append(sticky, rule(p.name+": affinity", append([]nft.Expr{
+		sticky = append(sticky, rule(comment(p.name, ": affinity"), append([]nft.Expr{
 			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Set: set}, update}, b.dnat(p, ep)...)...))
 		var ex []nft.Expr
 		if n := uint32(len(eps) - i); n > 1 {
 			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
 		}
 		ex = append(append(ex, update), b.dnat(p, ep)...)
-		pick = append(pick, rule(fmt.Sprintf("%s: endpoint %d of %d", p.name, i+1, len(eps)), ex...))
+		pick = append(pick, rule(comment(p.name, fmt.Sprintf(": endpoint %d of %d", i+1, len(eps))), ex...))
 	}
 	return append(sticky, pick...)
 }
@@ -143,12 +143,12 @@ func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan) {
 		}
 	}
 	f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Interval: true,
-		Comment: p.name + " loadBalancerSourceRanges"})
+		Comment: comment(p.name, " loadBalancerSourceRanges")})
 	for _, r := range mergePrefixes(allowed) {
 		f.Elements = append(f.Elements, nft.Element{Set: set, Key: []nft.Value{nft.Addr(r[0])}, KeyEnd: []nft.Value{nft.Addr(r[1])}})
 	}
 	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
-		rule(p.name+": source outside loadBalancerSourceRanges: drop",
+		rule(comment(p.name, ": source outside loadBalancerSourceRanges: drop"),
 			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Neg: true, Set: set}, nft.MarkOr{Bits: b.cfg.DropMark}, nft.Verdict{Kind: nft.VerdictReturn}),
 		rule("", goTo(ExternalChain(p.sp.Name))),
 	})})

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,44 @@ func TestKernelPolicyRuleset(t *testing.T) {
 				t.Errorf("nft -f of the listing lists differently:\n got %s\nwant %s", again, listing)
 			}
 		})
+	}
+}
+
+// TestKernelLongAndOddNames applies the issue's Service (team-a, a 63-character name, a
+// 15-character port name, NodePort) and one with names no API server allows (NUL, quotes,
+// multi-byte characters, over-long) on the kernel: the batch is accepted, and what the kernel
+// lists back equals what was built, so a full resync finds nothing to repair.
+func TestKernelLongAndOddNames(t *testing.T) {
+	netns.Skip(t)
+	b := testBuilder(t, nil)
+	odd := longService("a\x00b"+strings.Repeat("é", 150), "q\"u\no"+strings.Repeat("日本", 60), "p\xff")
+	odd.Ports[0].ClusterIPs, odd.Ports[0].LoadBalancerIPs, odd.Ports[0].NodePort = addrs("198.19.0.30"), nil, 30081
+	rs := b.Ruleset(testNode(), []*model.Service{longService("team-a", strings63, "abcdefghijklm-o"), odd})
+	ns := netns.New(t, "rulesetlong")
+	k, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		t.Fatalf("NewKernel: %v", err)
+	}
+	t.Cleanup(func() { k.Close() })
+	if _, err := k.Apply(context.Background(), addAll(rs)); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	got, err := k.Dump(context.Background(), rs.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
+		t.Fatalf("the kernel lists something else than was applied (a full resync would repair it forever):\n%s", d)
+	}
+	listing, err := ns.Run("nft", "list", "ruleset")
+	if err != nil {
+		t.Fatalf("nft list ruleset: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "ruleset.nft")
+	if err := os.WriteFile(file, []byte(listing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := netns.New(t, "rulesetlong2").Run("nft", "-f", file); err != nil {
+		t.Fatalf("nft -f of the listing: %v\n%s", err, out)
 	}
 }

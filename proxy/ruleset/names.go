@@ -9,7 +9,9 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
@@ -61,22 +63,107 @@ const (
 	MapNoEndpointNodePorts = "no-endpoint-nodeports"
 )
 
-// maxNameLen keeps generated names well inside the kernel's 256-byte limit.
-const maxNameLen = 200
+// Names and comments built from user strings (namespace, Service and port names) fit the
+// kernel's limits by construction, whatever those strings hold:
+//   - a name is "<prefix>-<hash>-<readable>": the hash covers the full identity, so two ports never
+//     share a name even when their readable parts are cut or sanitised the same; it comes first,
+//     so cutting the name to nft.MaxNameLen never removes it;
+//   - the readable part keeps only what nft can read back as a name (letters, digits, '/', '-',
+//     '_', '.'); anything else becomes '_', one per character;
+//   - a comment keeps what nft can hold in a quoted string (no double quote, no control
+//     character, valid UTF-8) and is cut to nft.MaxCommentLen on a character boundary, keeping
+//     its fixed ending ("…: 2 endpoints").
+// The kernel would take other bytes, but a NUL cuts what it stores (every later read-back then
+// differs: endless drift repairs) and nft could not load the listing again.
 
-// portHash is the first 8 characters of base32(sha256(port name)): short, stable, and unique
-// enough that two ports never share a chain even when their readable suffixes are cut.
-func portHash(p model.PortName) string {
-	sum := sha256.Sum256([]byte(p.String()))
-	return base32.StdEncoding.EncodeToString(sum[:])[:8]
+// hashLen is the number of base32 characters of the identity hash in a name (40 bits).
+const hashLen = 8
+
+// identity is the string the hash of a port's objects covers. It is "ns/name/tcp/port" (the
+// form every existing name was hashed from) unless a field holds a '/', which would make two
+// ports spell the same: then each field is quoted.
+func identity(p model.PortName) string {
+	if !strings.ContainsRune(p.Service.Namespace+p.Service.Name+p.Port, '/') {
+		return p.String()
+	}
+	return strconv.Quote(p.Service.Namespace) + "/" + strconv.Quote(p.Service.Name) + "/" + p.Protocol.Lower() + "/" + strconv.Quote(p.Port)
+}
+
+func hash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return base32.StdEncoding.EncodeToString(sum[:])[:hashLen]
+}
+
+// portHash is the hash of a port's identity: short, stable, and unique enough that two ports
+// never share a chain even when their readable suffixes are cut.
+func portHash(p model.PortName) string { return hash(identity(p)) }
+
+// objectName builds "prefix-hash-readable", sanitised and cut to the kernel's limit.
+func objectName(prefix, h, readable string) string {
+	n := prefix + "-" + h + "-" + nameText(readable)
+	if len(n) > nft.MaxNameLen {
+		n = n[:nft.MaxNameLen] // ASCII only: any byte is a character boundary
+	}
+	return n
+}
+
+// nameText replaces every character nft cannot read in a name with '_'.
+func nameText(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '/', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 func portObjectName(prefix string, p model.PortName) string {
-	n := prefix + "-" + portHash(p) + "-" + p.String()
-	if len(n) > maxNameLen {
-		n = n[:maxNameLen]
+	return objectName(prefix, portHash(p), p.String())
+}
+
+// commentText makes s a string nft can hold in a comment: a double quote becomes a single one,
+// control characters and invalid UTF-8 become '_'.
+func commentText(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, string(utf8.RuneError))
 	}
-	return n
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '"':
+			return '\''
+		case r == utf8.RuneError, r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// cutText cuts s to at most n bytes on a character boundary (s is valid UTF-8).
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// comment builds a comment from a user-derived name and a fixed ending of ours: the name is
+// sanitised and, when the whole does not fit nft.MaxCommentLen, cut on a character boundary and
+// marked with "..."; the ending stays whole.
+func comment(name, ending string) string {
+	name, ending = commentText(name), commentText(ending)
+	if len(name)+len(ending) <= nft.MaxCommentLen {
+		return name + ending
+	}
+	const mark = "..."
+	room := nft.MaxCommentLen - len(ending) - len(mark)
+	if room < 0 {
+		return cutText(name+ending, nft.MaxCommentLen)
+	}
+	return cutText(name, room) + mark + ending
 }
 
 // ServiceChain names the chain that picks an endpoint for a ServicePort: "svc-HASH-ns/name/tcp/http".
@@ -110,11 +197,6 @@ func SourceRangesSet(p model.PortName) string { return portObjectName("src", p) 
 // unique. The set is named by the endpoint, not its position: other endpoints coming and going
 // leave its clients where they are.
 func AffinitySet(p model.PortName, ep netip.AddrPort) string {
-	id := p.String() + "__" + strings.ReplaceAll(ep.Addr().String(), ":", ".") + "/" + strconv.Itoa(int(ep.Port()))
-	sum := sha256.Sum256([]byte(id))
-	n := "aff-" + base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + id
-	if len(n) > maxNameLen {
-		n = n[:maxNameLen]
-	}
-	return n
+	ep6 := "__" + strings.ReplaceAll(ep.Addr().String(), ":", ".") + "/" + strconv.Itoa(int(ep.Port()))
+	return objectName("aff", hash(identity(p)+ep6), p.String()+ep6)
 }

@@ -169,7 +169,7 @@ func (b *Builder) dispatch(f *Fragment, p *portPlan) {
 				end = key // the no-endpoint map is an interval map: a single port is a one-port interval
 			}
 		}
-		f.Elements = append(f.Elements, nft.Element{Set: set, Key: key, KeyEnd: end, Verdict: v, Comment: p.name})
+		f.Elements = append(f.Elements, nft.Element{Set: set, Key: key, KeyEnd: end, Verdict: v, Comment: comment(p.name, "")})
 	}
 	for _, a := range p.cips {
 		switch {
@@ -212,7 +212,7 @@ func (b *Builder) dispatch(f *Fragment, p *portPlan) {
 			Set:     npMap,
 			Key:     []nft.Value{nft.Proto(p.proto), nft.Port(sp.NodePort)},
 			KeyEnd:  []nft.Value{nft.Proto(p.proto), nft.Port(end)},
-			Verdict: v, Comment: p.name,
+			Verdict: v, Comment: comment(p.name, ""),
 		})
 	}
 }
@@ -232,18 +232,18 @@ func (b *Builder) externalRules(p *portPlan) []nft.Rule {
 	svc, name := ServiceChain(p.sp.Name), p.name
 	if !p.sp.ExternalTrafficLocal {
 		return []nft.Rule{
-			rule(name+": masquerade traffic from outside the cluster", nft.MarkOr{Bits: b.cfg.MasqueradeMark}),
+			rule(comment(name, ": masquerade traffic from outside the cluster"), nft.MarkOr{Bits: b.cfg.MasqueradeMark}),
 			rule("", goTo(svc)),
 		}
 	}
 	var rs []nft.Rule
 	for _, c := range b.cfg.prefixesOfFamily(b.cfg.ClusterCIDRs) {
-		rs = append(rs, rule(name+": short-circuit pod traffic", nft.CmpPrefix{Field: nft.FieldSaddr, Prefix: c}, goTo(svc)))
+		rs = append(rs, rule(comment(name, ": short-circuit pod traffic"), nft.CmpPrefix{Field: nft.FieldSaddr, Prefix: c}, goTo(svc)))
 	}
-	rs = append(rs, rule(name+": short-circuit the node's own traffic, masqueraded",
+	rs = append(rs, rule(comment(name, ": short-circuit the node's own traffic, masqueraded"),
 		nft.FibAddrType{}, nft.MarkOr{Bits: b.cfg.MasqueradeMark}, goTo(svc)))
 	if p.local {
-		return append(rs, rule(name+": external traffic to this node's endpoints", goTo(LocalChain(p.sp.Name))))
+		return append(rs, rule(comment(name, ": external traffic to this node's endpoints"), goTo(LocalChain(p.sp.Name))))
 	}
-	return append(rs, rule(name+": no endpoint on this node: drop external traffic", nft.MarkOr{Bits: b.cfg.DropMark}))
+	return append(rs, rule(comment(name, ": no endpoint on this node: drop external traffic"), nft.MarkOr{Bits: b.cfg.DropMark}))
 }

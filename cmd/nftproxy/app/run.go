@@ -54,7 +54,14 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	tracker := newTracker(&o, log, pm)
+	// rescan, once the source exists, sends Events for rejections the informers did not see
+	// (a Service the kernel refused); set before anything runs.
+	var rescan func()
+	tracker := newTracker(&o, log, pm, func() {
+		if rescan != nil {
+			rescan()
+		}
+	})
 	if err := pm.WatchPending(tracker.Pending); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -108,6 +115,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			return usageError{err}
 		}
 		return err
+	}
+	if r, ok := src.(interface{ Rescan() }); ok {
+		rescan = r.Rescan
 	}
 	// The health state reads the runner, which needs the proxier, which needs the health-check
 	// server, which asks the health state: the runner is assigned before anything runs.
@@ -183,7 +193,7 @@ func boundShutdown(ctx context.Context, stderr io.Writer) func() {
 	return func() { close(done) }
 }
 
-func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy) *model.Tracker {
+func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy, rejected func()) *model.Tracker {
 	return model.NewTracker(model.TrackerConfig{
 		NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log.WithName("model"),
 		OnRejection: func(key model.ServiceKey, r *model.Rejection) {
@@ -195,6 +205,7 @@ func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy) *model.Tracker {
 			if pm != nil {
 				pm.Rejected(r.Reason)
 			}
+			rejected()
 		},
 	})
 }

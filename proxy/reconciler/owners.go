@@ -1,0 +1,128 @@
+package reconciler
+
+import (
+	"errors"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// RefusedError is a Commit whose transaction the kernel refused, naming the op it refused (the
+// kernel's extended ack, or an op the encoder could not send). The transaction was aborted as a
+// whole: the kernel is unchanged, so the next Commit may stay partial. Owner names the owner of
+// that op, if one owns it: the caller may set that owner's fragment empty (reject it) and Commit
+// again.
+type RefusedError struct {
+	// Owner is the owner (as given to Set) whose fragment holds the refused op's object; Owned
+	// is false when no owner does (the table itself, deleting an object nobody wants).
+	Owner string
+	Owned bool
+	// Refusals lists, per owner, the first of its ops the kernel refused in the batch (Owner's
+	// first, when owned): the kernel reports them all (nft.OpError.Also).
+	Refusals []Refusal
+	err      error
+}
+
+// Refusal is one owner's refused op.
+type Refusal struct {
+	Owner string
+	Err   *nft.OpError
+}
+
+func (e *RefusedError) Error() string { return e.err.Error() }
+
+// Unwrap returns the kernel's error (an *nft.OpError inside).
+func (e *RefusedError) Unwrap() error { return e.err }
+
+// Refused reports whether err is a Commit error that names the refused op: the kernel's state
+// is known (unchanged), unlike after a failure of unknown extent.
+func Refused(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re)
+}
+
+// Refusals returns, per owner, the op the kernel refused, if err is a Commit error whose first
+// refused op has an owner (see RefusedOwner).
+func Refusals(err error) []Refusal {
+	var re *RefusedError
+	if errors.As(err, &re) && re.Owned {
+		return re.Refusals
+	}
+	return nil
+}
+
+// RefusedOwner returns the owner of the op the kernel refused, if err is a Commit error that
+// names one. A refusal of an op no owner wants names none: that is a failure of the sync as a
+// whole.
+func RefusedOwner(err error) (string, bool) {
+	var re *RefusedError
+	if errors.As(err, &re) && re.Owned {
+		return re.Owner, true
+	}
+	return "", false
+}
+
+// refusedError builds the error of a transaction the kernel refused with oe.
+func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err error) *RefusedError {
+	re := &RefusedError{err: err}
+	re.Owner, re.Owned = r.ownerOf(tx.Ops[oe.Index])
+	seen := map[string]bool{}
+	for _, e := range append([]*nft.OpError{oe}, oe.Also...) {
+		if e.Index < 0 || e.Index >= tx.Len() {
+			continue
+		}
+		if owner, ok := r.ownerOf(tx.Ops[e.Index]); ok && !seen[owner] {
+			seen[owner] = true
+			re.Refusals = append(re.Refusals, Refusal{Owner: owner, Err: e})
+		}
+	}
+	return re
+}
+
+// ownerOf names the owner of the object op acts on: the owner of the chain (for a rule, its
+// chain), of the set, or of the element. Chains and sets are looked up by name, elements by
+// their identity; only an element several owners want costs a search of the fragments, on
+// this failure path alone.
+func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
+	var tb *table
+	for _, t := range r.tables {
+		if t.t == op.Table {
+			tb = t
+		}
+	}
+	if tb == nil {
+		return "", false
+	}
+	switch o := op.Object.(type) {
+	case *nft.Chain:
+		owner, ok := tb.chainOwner[o.Name]
+		return owner, ok
+	case *nft.Rule:
+		if op.Verb != nft.VerbAdd {
+			return "", false
+		}
+		owner, ok := tb.chainOwner[o.Chain]
+		return owner, ok
+	case *nft.Set:
+		owner, ok := tb.setOwner[o.Name]
+		return owner, ok
+	case *nft.Element:
+		id := ruleset.ElementID(o)
+		e, ok := tb.desired.elems[id]
+		if !ok {
+			return "", false
+		}
+		if !e.shared {
+			return e.owner, true
+		}
+		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
+			f := tb.owners[owner]
+			for i := range f.Elements {
+				if ruleset.ElementID(&f.Elements[i]) == id {
+					return owner, true
+				}
+			}
+		}
+	}
+	return "", false
+}
