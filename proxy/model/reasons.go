@@ -41,6 +41,10 @@ const (
 	// ReasonServiceConflict: the Service's ports overlap those of an older Service on the same
 	// IP and protocol (or on the node ports).
 	ReasonServiceConflict = "ServiceConflict"
+	// ReasonAPIValidation: manifest mode only; the Service fails a check the API server makes on
+	// its metadata or spec enums (a name or namespace that is not a DNS label, such as one with
+	// '/' or NUL; labels; annotation keys; type; affinity; traffic policies).
+	ReasonAPIValidation = "APIValidation"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -51,6 +55,7 @@ func AllReasons() []string {
 		ReasonAllPortsNodePort, ReasonAllPortsHeadless, ReasonAllPortsExternalIPs,
 		ReasonAllPortsWithRanges, ReasonNodePortRangeWidth, ReasonNodePortRangeUnknownName,
 		ReasonInvalidAddress, ReasonInvalidPort, ReasonServiceConflict,
+		ReasonAPIValidation,
 	}
 }
 

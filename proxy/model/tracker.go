@@ -59,6 +59,8 @@ type trackedService struct {
 	created  time.Time
 	final    *Service // published model; nil when ignored
 	warnings []string
+	// refused is the source's own rejection (RejectService); it replaces conversion.
+	refused *Rejection
 }
 
 // NewTracker returns an empty Tracker.
@@ -108,10 +110,32 @@ func (t *Tracker) UpsertService(svc *corev1.Service) {
 		if ts == nil {
 			ts = &trackedService{}
 			t.services[key] = ts
-		} else if ts.obj != nil && equality.Semantic.DeepEqual(ts.obj, svc) {
+		} else if ts.obj != nil && ts.refused == nil && equality.Semantic.DeepEqual(ts.obj, svc) {
 			return nil
 		}
-		ts.obj = svc
+		ts.obj, ts.refused = svc, nil
+		return t.recompute([]ServiceKey{key})
+	})
+}
+
+// RejectService adds or replaces a Service that its source refused before conversion, with the
+// source's reason: manifest mode makes the API server's validation itself, and a refused Service
+// must be reported (OnRejection, Snapshot) exactly like one the model rejects. An UpsertService
+// of the same key later replaces the refusal. r.Message should start with "service ns/name: ".
+func (t *Tracker) RejectService(svc *corev1.Service, r *Rejection) {
+	if svc == nil || r == nil {
+		return
+	}
+	key := ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
+	t.update(func() []rejectionEvent {
+		ts := t.services[key]
+		if ts == nil {
+			ts = &trackedService{}
+			t.services[key] = ts
+		} else if ts.obj != nil && reflect.DeepEqual(ts.refused, r) && equality.Semantic.DeepEqual(ts.obj, svc) {
+			return nil
+		}
+		ts.obj, ts.refused = svc, r
 		return t.recompute([]ServiceKey{key})
 	})
 }
@@ -123,7 +147,7 @@ func (t *Tracker) DeleteService(key ServiceKey) {
 		if ts == nil || ts.obj == nil {
 			return nil
 		}
-		ts.obj = nil
+		ts.obj, ts.refused = nil, nil
 		return t.recompute([]ServiceKey{key})
 	})
 }
@@ -299,6 +323,10 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	ts.base, ts.claims, ts.created = nil, nil, time.Time{}
 	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
 		ts.warnings = nil
+		return
+	}
+	if ts.refused != nil {
+		ts.base, ts.created, ts.warnings = &Service{Key: key, Rejected: ts.refused}, ts.obj.CreationTimestamp.Time, nil
 		return
 	}
 	slices := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))
