@@ -33,6 +33,11 @@ spec: {clusterIP: 198.19.0.51, ports: [{name: http, port: 80}]}
 ---
 apiVersion: v1
 kind: Service
+metadata: {name: "nul\0", namespace: default}
+spec: {clusterIP: 198.19.0.53, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
 metadata: {name: web, namespace: default}
 spec: {clusterIP: 198.19.0.52, ports: [{name: http, port: 80}]}
 ---
@@ -43,29 +48,33 @@ addressType: IPv4
 ports: [{name: http, port: 80}]
 endpoints: [{addresses: [169.254.169.254]}, {addresses: [198.18.128.11]}]
 `,
-		"big.yaml": "# " + strings.Repeat("x", 2000) + "\n",
+		"big.yaml": "# " + strings.Repeat("x", 2500) + "\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	code, out, errOut := run("render", "--manifests", dir, "--node-name", "node-a", "--manifest-max-file-size", "1500")
+	code, out, errOut := run("render", "--manifests", dir, "--node-name", "node-a", "--manifest-max-file-size", "2000")
 	if code != 0 {
 		t.Fatalf("render exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{
 		"# rejected service default/a/b (APIValidation): service default/a/b: svc.yaml document 1: the API server would refuse it: metadata.name",
-		"# left out: svc.yaml document 3: EndpointSlice default/web-1: endpoint 0 dropped",
+		"# left out: svc.yaml document 4: EndpointSlice default/web-1: endpoint 0 dropped",
+		`# rejected service default/nul\x00 (APIValidation)`,
 		"cloud metadata address",
-		"# skipped file: big.yaml: file is larger than the limit of 1500 bytes",
+		"# skipped file: big.yaml: file is larger than the limit of 2000 bytes",
 		"198.19.0.52", "198.18.128.11",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render output lacks %q", want)
 		}
 	}
-	for _, unwanted := range []string{"198.19.0.51", "169.254.169.254 "} {
+	if strings.ContainsRune(out, 0) {
+		t.Error("render output holds a NUL byte; want it escaped (nft -f stops reading there)")
+	}
+	for _, unwanted := range []string{"198.19.0.51", "198.19.0.53", "169.254.169.254 "} {
 		if strings.Contains(strings.Join(ruleLines(out), "\n"), unwanted) {
 			t.Errorf("ruleset programs %q", unwanted)
 		}

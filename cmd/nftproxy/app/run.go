@@ -11,9 +11,11 @@ import (
 	"os/signal"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -341,7 +343,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
 	for _, r := range rejected {
-		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", r.key, r.r.Reason, oneLine(r.r.Message))
+		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", oneLine(r.key.String()), r.r.Reason, oneLine(r.r.Message))
 	}
 	for _, p := range probs {
 		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))
@@ -357,4 +359,20 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+// oneLine makes s safe for one nft comment line: newlines become spaces and other
+// non-printable characters are escaped (\x00), so a name from a manifest cannot end the line
+// or the script that `nft -f` reads.
+func oneLine(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteByte(' ')
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		}
+	}
+	return b.String()
+}
