@@ -1,10 +1,20 @@
 package app
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 // render on a directory that cannot be read fails, instead of printing an empty ruleset that
@@ -90,4 +100,61 @@ func ruleLines(out string) []string {
 		}
 	}
 	return rules
+}
+
+// The manifest source's failure reaches /healthz (FailingSince) and the metrics, and it is not
+// ready (nothing is synced) until its directory has been read once.
+func TestManifestSourceFailure(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "later")
+	reg := prometheus.NewPedanticRegistry()
+	sm, err := metrics.NewSource(reg, manifestSourceLabel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o Options
+	if err := parseFlags("run", &o, true, []string{"--manifests", dir, "--node-name", "node-a"}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	src, err := newSource(&o, logr.Discard(), nil, sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	tracker := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	notified := make(chan struct{}, 100)
+	go func() { done <- src.Run(ctx, tracker, func() { notified <- struct{}{} }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("source returned %v; want nil after cancel", err)
+		}
+	}()
+	up := func() string {
+		var b strings.Builder
+		fams, _ := reg.Gather()
+		for _, f := range fams {
+			if f.GetName() == metrics.SourceUp {
+				fmt.Fprint(&b, f.GetMetric()[0].GetGauge().GetValue())
+			}
+		}
+		return b.String()
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for i := 0; i < 200 && !cond(); i++ {
+			time.Sleep(25 * time.Millisecond)
+		}
+		if !cond() {
+			t.Fatalf("not %s within 5s", what)
+		}
+	}
+	waitUntil("failing", func() bool { return !src.FailingSince().IsZero() && up() == "0" })
+	if src.Ready() {
+		t.Fatal("ready before the directory was ever read; want not ready (nothing may be synced)")
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("back", func() bool { return src.FailingSince().IsZero() && up() == "1" && src.Ready() })
 }
