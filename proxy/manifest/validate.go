@@ -183,11 +183,12 @@ func validateServiceAddrs(s *corev1.Service) field.ErrorList {
 			}
 			continue
 		}
-		if e := validation.IsValidIP(ips.Index(i), ip); len(e) > 0 {
+		a, e := parseIP(ips.Index(i), ip)
+		if len(e) > 0 {
 			errs = append(errs, e...)
 			continue
 		}
-		fams = append(fams, familyOf(netip.MustParseAddr(ip)))
+		fams = append(fams, familyOf(a))
 	}
 	if len(fams) == 2 && fams[0] == fams[1] {
 		errs = append(errs, field.Invalid(ips, s.Spec.ClusterIPs, "a dual-stack Service needs one address of each family"))
@@ -203,9 +204,9 @@ func validateServiceAddrs(s *corev1.Service) field.ErrorList {
 	}
 	for i, ip := range s.Spec.ExternalIPs {
 		at := spec.Child("externalIPs").Index(i)
-		if e := validation.IsValidIP(at, ip); len(e) > 0 {
+		if a, e := parseIP(at, ip); len(e) > 0 {
 			errs = append(errs, e...)
-		} else if why := specialAddr(netip.MustParseAddr(ip)); why != "" {
+		} else if why := specialAddr(a); why != "" {
 			errs = append(errs, field.Invalid(at, ip, why))
 		}
 	}
@@ -288,10 +289,10 @@ func endpointProblem(s *discoveryv1.EndpointSlice, i int) string {
 	at := field.NewPath("endpoints").Index(i)
 	if s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6 {
 		for j, addr := range e.Addresses {
-			if errs := validation.IsValidIP(at.Child("addresses").Index(j), addr); len(errs) > 0 {
+			a, errs := parseIP(at.Child("addresses").Index(j), addr)
+			if len(errs) > 0 {
 				return errs.ToAggregate().Error()
 			}
-			a := netip.MustParseAddr(addr)
 			if (s.AddressType == discoveryv1.AddressTypeIPv4) != a.Is4() {
 				return field.Invalid(at.Child("addresses").Index(j), addr, "must be an "+string(s.AddressType)+" address").Error()
 			}
@@ -311,6 +312,19 @@ func endpointProblem(s *discoveryv1.EndpointSlice, i int) string {
 // validateNode checks a Node's metadata (its name is a DNS subdomain).
 func validateNode(n *corev1.Node) field.ErrorList {
 	return apivalidation.ValidateObjectMeta(&n.ObjectMeta, false, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+}
+
+// parseIP checks an address with the API server's rules (validation.IsValidIP: no leading
+// zeros, no IPv4-mapped IPv6) and parses it.
+func parseIP(path *field.Path, s string) (netip.Addr, field.ErrorList) {
+	if errs := validation.IsValidIP(path, s); len(errs) > 0 {
+		return netip.Addr{}, errs
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, field.ErrorList{field.Invalid(path, s, err.Error())}
+	}
+	return a, nil
 }
 
 func familyOf(a netip.Addr) corev1.IPFamily {
