@@ -63,6 +63,12 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	}
 	h.ListenFailed(32000, errors.New("address in use"))
 	h.Listeners(2, 1)
+
+	src, err := NewSource(reg, "manifests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Failing("manifests", errors.New("directory missing"))
 	return reg
 }
 

@@ -5,14 +5,26 @@
 // Only the directory itself is read, not subdirectories, and only regular files (or symlinks
 // to them) named *.yaml, *.yml or *.json whose names do not start with '.'; this matches a
 // ConfigMap mounted as a volume, whose "..data" machinery is hidden. A YAML file may hold
-// several documents separated by "---"; any document may be a "kind: List". Decoding is strict:
-// an unknown or duplicated field is an error, so a typo such as "targetport" is reported instead
-// of silently defaulted.
+// several documents separated by "---"; any document may be a "kind: List", and a List may hold
+// Lists down to MaxListDepth. Decoding is strict: an unknown or duplicated field (or mapping
+// key) is an error, so a typo such as "targetport" is reported instead of silently defaulted.
+// A file larger than the loader's MaxFileBytes is refused unread.
+//
+// Objects are then checked as the API server would check them (see validate.go): a Service that
+// fails is kept as a rejected Service with a reason, an EndpointSlice or Node that fails is left
+// out, and an endpoint whose address is not usable (loopback, link-local, multicast,
+// unspecified, a cloud metadata address) is dropped from its slice. Each is reported; the rest
+// of the file loads.
+//
+// A directory that is present and empty means "no Services". A directory that is missing or
+// cannot be read is not empty: the load fails as a whole (a FileError with Directory set) and
+// callers keep what they had.
 package manifest
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +38,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 // Objects is everything loaded from a directory, in file order.
@@ -33,6 +47,12 @@ type Objects struct {
 	Services       []*corev1.Service
 	EndpointSlices []*discoveryv1.EndpointSlice
 	Nodes          []*corev1.Node
+	// Refused are Services the API server would refuse, each with its rejection; they are fed
+	// to the Tracker as rejected (Tracker.RejectService), so they show up like any rejection.
+	Refused []RefusedService
+	// Invalid lists EndpointSlices and Nodes left out, and endpoints dropped from slices, because
+	// the API server would refuse them; the rest of their file loads.
+	Invalid []Invalid
 	// Skipped lists documents of kinds nftproxy does not use (Deployments and the like), so a
 	// caller can mention them; they are not errors.
 	Skipped []Skipped
@@ -55,6 +75,33 @@ func (r Ref) String() string {
 	return r.Kind + " " + r.Namespace + "/" + r.Name
 }
 
+// RefusedService is a Service that fails the API server's validation, and why.
+type RefusedService struct {
+	Service   *corev1.Service
+	Rejection *model.Rejection
+}
+
+// Invalid is an object, or one endpoint of an EndpointSlice, left out because the API server
+// would refuse it.
+type Invalid struct {
+	File     string
+	Document int
+	Ref      Ref
+	// Endpoint is the index (from 0) of the endpoint dropped from the slice, or -1 when the
+	// whole object is left out.
+	Endpoint int
+	Problem  string
+}
+
+// Error names the file, the object and the problem, and says what happens.
+func (i Invalid) Error() string {
+	if i.Endpoint >= 0 {
+		return fmt.Sprintf("%s document %d: %s: endpoint %d dropped, the API server would refuse it: %s; fix or remove the endpoint",
+			i.File, i.Document, i.Ref, i.Endpoint, i.Problem)
+	}
+	return fmt.Sprintf("%s document %d: %s left out, the API server would refuse it: %s; fix the manifest", i.File, i.Document, i.Ref, i.Problem)
+}
+
 // Skipped is a document of a kind nftproxy does not read.
 type Skipped struct {
 	File       string
@@ -65,11 +112,25 @@ type Skipped struct {
 }
 
 // FileError says which file and document could not be used and why. All objects of that file
-// are left out of the load. Document counts from 1; 0 means the file as a whole (unreadable).
+// are left out of the load. Document counts from 1; 0 means the file as a whole (unreadable,
+// too large). Directory is set when the directory itself could not be read: then nothing was
+// loaded, and the load says nothing about which objects exist.
 type FileError struct {
-	File     string
-	Document int
-	Err      error
+	File      string
+	Document  int
+	Err       error
+	Directory bool
+}
+
+// DirectoryError returns the error of a load that could not read its directory, or nil. A
+// caller must then keep its last good state: a missing directory is not "no Services".
+func DirectoryError(errs []FileError) error {
+	for _, e := range errs {
+		if e.Directory {
+			return e
+		}
+	}
+	return nil
 }
 
 // Error returns e.g. `services.yaml document 2: ...`.
@@ -92,14 +153,42 @@ func newDecoder() runtime.Decoder {
 	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 }
 
+// DefaultMaxFileBytes is the default per-file size limit: 32 MiB. 10,000 Services with one
+// EndpointSlice each take 7.3 MB of YAML in one file with one endpoint per slice and 16 MB with
+// ten (bench/workload's mix), so realistic files fit twice over, while a runaway file cannot
+// make the daemon decode hundreds of megabytes: loading costs about ten times the file's size
+// in memory (the 16 MB file peaks at 161 MB RSS, a 108 MB one took 1.2 GB).
+const DefaultMaxFileBytes = 32 << 20
+
+// MaxListDepth is how deeply Lists may nest: a List may hold Lists, which may hold Lists, and
+// no deeper. Nobody writes deeper Lists by hand, and each level decodes its items again.
+const MaxListDepth = 3
+
+// Loader reads manifest directories with limits.
+type Loader struct {
+	// MaxFileBytes is the largest file read; larger files are refused with a FileError naming
+	// the limit. 0 means DefaultMaxFileBytes.
+	MaxFileBytes int64
+}
+
+// Load reads dir with the default limits (see Loader.Load).
+func Load(dir string) (Objects, []FileError) { return Loader{}.Load(dir) }
+
 // Load reads every manifest file of dir. Files are read in name order. A file with any error
 // contributes no objects and one FileError; other files load normally. An object defined twice
-// keeps its first definition and the second is reported as a FileError.
-func Load(dir string) (Objects, []FileError) {
+// keeps its first definition and the second is reported as a FileError. A directory that
+// cannot be read gives a single FileError with Directory set (see DirectoryError); an empty
+// directory gives no objects and no error.
+func (l Loader) Load(dir string) (Objects, []FileError) {
 	objs := Objects{From: map[Ref]string{}}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return objs, []FileError{{File: dir, Err: fmt.Errorf("read manifest directory: %w", err)}}
+		return objs, []FileError{{File: dir, Directory: true,
+			Err: fmt.Errorf("read manifest directory: %w (restore it, or point --manifests at it)", err)}}
+	}
+	limit := l.MaxFileBytes
+	if limit <= 0 {
+		limit = DefaultMaxFileBytes
 	}
 	dec := newDecoder()
 	var errs []FileError
@@ -112,7 +201,7 @@ func Load(dir string) (Objects, []FileError) {
 		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
 			continue
 		}
-		fileObjs, ferr := loadFile(dec, path, name)
+		fileObjs, ferr := loadFile(dec, path, name, limit)
 		if ferr != nil {
 			errs = append(errs, *ferr)
 			continue
@@ -150,6 +239,12 @@ func (o *Objects) merge(f Objects, file string) []FileError {
 			o.Services = append(o.Services, s)
 		}
 	}
+	for _, r := range f.Refused {
+		if add(Ref{"Service", r.Service.Namespace, r.Service.Name}) {
+			o.Refused = append(o.Refused, r)
+		}
+	}
+	o.Invalid = append(o.Invalid, f.Invalid...)
 	for _, s := range f.EndpointSlices {
 		if add(Ref{"EndpointSlice", s.Namespace, s.Name}) {
 			o.EndpointSlices = append(o.EndpointSlices, s)
@@ -165,8 +260,8 @@ func (o *Objects) merge(f Objects, file string) []FileError {
 }
 
 // loadFile decodes one file; any error discards the whole file.
-func loadFile(dec runtime.Decoder, path, name string) (Objects, *FileError) {
-	data, err := os.ReadFile(path)
+func loadFile(dec runtime.Decoder, path, name string, limit int64) (Objects, *FileError) {
+	data, err := readLimited(path, limit)
 	if err != nil {
 		return Objects{}, &FileError{File: name, Err: err}
 	}
@@ -176,11 +271,33 @@ func loadFile(dec runtime.Decoder, path, name string) (Objects, *FileError) {
 	}
 	var out Objects
 	for i, doc := range docs {
-		if err := decodeDocument(dec, doc, name, i+1, &out); err != nil {
+		if err := decodeDocument(dec, doc, name, i+1, 0, &out); err != nil {
 			return Objects{}, &FileError{File: name, Document: i + 1, Err: err}
 		}
 	}
 	return out, nil
+}
+
+// readLimited reads a file of at most limit bytes, refusing a larger one without reading it
+// (and reading no more than limit+1 bytes of a file that grows meanwhile).
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tooLarge := fmt.Errorf("file is larger than the limit of %d bytes (--manifest-max-file-size); split it into several files or raise the limit", limit)
+	if st, err := f.Stat(); err == nil && st.Size() > limit {
+		return nil, tooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	return data, nil
 }
 
 // splitDocuments splits YAML on "---" lines; JSON is one document.
@@ -208,16 +325,20 @@ type typeHeader struct {
 	} `json:"metadata"`
 }
 
-func decodeDocument(dec runtime.Decoder, doc []byte, file string, index int, out *Objects) error {
-	js, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return fmt.Errorf("not valid YAML or JSON: %w", err)
+// decodeDocument decodes one document, or one item of a List at depth (0 for a document).
+func decodeDocument(dec runtime.Decoder, doc []byte, file string, index, depth int, out *Objects) error {
+	js := doc
+	if depth == 0 { // List items are JSON already
+		var err error
+		if js, err = yaml.YAMLToJSONStrict(doc); err != nil {
+			return fmt.Errorf("not valid YAML or JSON (a mapping key given twice is an error too): %w", err)
+		}
 	}
 	if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
 		return nil // empty document, e.g. a trailing "---" or only comments
 	}
 	var h typeHeader
-	if err := yaml.Unmarshal(js, &h); err != nil {
+	if err := json.Unmarshal(js, &h); err != nil {
 		return fmt.Errorf("not a Kubernetes object (want a mapping with apiVersion and kind): %w", err)
 	}
 	if h.APIVersion == "" || h.Kind == "" {
@@ -234,18 +355,54 @@ func decodeDocument(dec runtime.Decoder, doc []byte, file string, index int, out
 	switch o := obj.(type) {
 	case *corev1.Service:
 		defaultService(o)
-		out.Services = append(out.Services, o)
+		out.addService(o, file, index)
 	case *discoveryv1.EndpointSlice:
 		defaultEndpointSlice(o)
-		out.EndpointSlices = append(out.EndpointSlices, o)
+		out.addSlice(o, file, index)
 	case *corev1.Node:
+		if errs := validateNode(o); len(errs) > 0 {
+			out.Invalid = append(out.Invalid, Invalid{File: file, Document: index, Ref: Ref{"Node", "", o.Name}, Endpoint: -1, Problem: errorsText(errs)})
+			return nil
+		}
 		out.Nodes = append(out.Nodes, o)
 	case *corev1.List:
+		if depth+1 > MaxListDepth && len(o.Items) > 0 {
+			return fmt.Errorf("a List nested %d deep: at most %d levels of List are read; flatten the Lists", depth+1, MaxListDepth)
+		}
 		for j, item := range o.Items {
-			if err := decodeDocument(dec, item.Raw, file, index, out); err != nil {
+			if err := decodeDocument(dec, item.Raw, file, index, depth+1, out); err != nil {
 				return fmt.Errorf("List item %d: %w", j+1, err)
 			}
 		}
 	}
 	return nil
+}
+
+// addService keeps a valid Service, or records a refused one with its rejection.
+func (o *Objects) addService(s *corev1.Service, file string, doc int) {
+	key := model.ServiceKey{Namespace: s.Namespace, Name: s.Name}
+	if r := validateService(s).rejection(key, fmt.Sprintf("%s document %d", file, doc)); r != nil {
+		o.Refused = append(o.Refused, RefusedService{Service: s, Rejection: r})
+		return
+	}
+	o.Services = append(o.Services, s)
+}
+
+// addSlice keeps a valid EndpointSlice without its unusable endpoints, or records it as invalid.
+func (o *Objects) addSlice(s *discoveryv1.EndpointSlice, file string, doc int) {
+	ref := Ref{"EndpointSlice", s.Namespace, s.Name}
+	if errs := validateSliceMeta(s); len(errs) > 0 {
+		o.Invalid = append(o.Invalid, Invalid{File: file, Document: doc, Ref: ref, Endpoint: -1, Problem: errorsText(errs)})
+		return
+	}
+	kept := s.Endpoints[:0:0]
+	for i := range s.Endpoints {
+		if why := endpointProblem(s, i); why != "" {
+			o.Invalid = append(o.Invalid, Invalid{File: file, Document: doc, Ref: ref, Endpoint: i, Problem: why})
+			continue
+		}
+		kept = append(kept, s.Endpoints[i])
+	}
+	s.Endpoints = kept
+	o.EndpointSlices = append(o.EndpointSlices, s)
 }

@@ -3,6 +3,8 @@ package manifest
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -20,25 +22,97 @@ const DebounceInterval = 100 * time.Millisecond
 // instead of never.
 const MaxReloadDelay = time.Second
 
-// Watch loads dir, calls onChange with the result, then calls it again with a complete new load
-// after every burst of changes in the directory, until ctx is cancelled. Any event except a
-// bare chmod triggers a reload (cheap, and it catches ConfigMap symlink swaps). onChange is
-// called from Watch's goroutine, one call at a time. Watch returns nil when ctx is cancelled and
-// an error if the directory cannot be watched.
+// PollInterval is how often a Watcher looks for its directory again while the directory is
+// missing or unreadable (no inotify watch can wait for a path that does not exist).
+const PollInterval = time.Second
+
+// Watcher loads a directory, then loads it again after every burst of changes, and survives the
+// directory going away: while it cannot be read, the last good load stays in force (OnLoad is
+// not called), the failure is logged once and exposed through FailingSince and OnFailure, and
+// the directory is looked for every PollInterval; when it is back, the inotify watch is set up
+// again on the new directory and it is reloaded.
+type Watcher struct {
+	Dir    string
+	Loader Loader
+	Log    logr.Logger
+	// OnLoad receives each complete load of a readable directory, one call at a time, from Run's
+	// goroutine.
+	OnLoad func(Objects, []FileError)
+	// OnFailure, if set, is called from Run's goroutine when the directory becomes unreadable
+	// (once per streak, with the error) and when it is readable again (with nil).
+	OnFailure func(err error)
+
+	failingSince atomic.Int64 // unix nanoseconds; 0 while the directory is readable
+}
+
+// FailingSince is when the directory became unreadable, zero while it is readable. Safe to
+// call from any goroutine (/healthz).
+func (w *Watcher) FailingSince() time.Time {
+	if n := w.failingSince.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Watch runs a Watcher for dir with the default Loader; see Watcher.
 func Watch(ctx context.Context, dir string, logger logr.Logger, onChange func(Objects, []FileError)) error {
-	w, err := fsnotify.NewWatcher()
+	return (&Watcher{Dir: dir, Log: logger, OnLoad: onChange}).Run(ctx)
+}
+
+// Run loads the directory and reloads it after every burst of changes until ctx is cancelled.
+// Any event except a bare chmod triggers a reload (cheap, and it catches ConfigMap symlink
+// swaps). Run returns nil when ctx is cancelled, and an error only if no watch can be created
+// at all (inotify exhausted); a missing directory is waited for, not an error.
+func (w *Watcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("watch manifest directory %s: %w", dir, err)
+		return fmt.Errorf("watch manifest directory %s: %w", w.Dir, err)
 	}
-	defer w.Close()
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watch manifest directory %s: %w", dir, err)
-	}
+	defer fw.Close()
+	dir := filepath.Clean(w.Dir)
+	watching := false
+	var failing error
+	poll := time.NewTimer(PollInterval)
+	poll.Stop()
+	defer poll.Stop()
 	reload := func() {
-		objs, errs := Load(dir)
-		logger.V(1).Info("Loaded manifests", "dir", dir, "services", len(objs.Services),
+		if !watching { // before loading, so an edit made meanwhile is not missed
+			if err := fw.Add(dir); err == nil {
+				watching = true
+			}
+		}
+		objs, errs := w.Loader.Load(dir)
+		if derr := DirectoryError(errs); derr != nil {
+			if watching {
+				_ = fw.Remove(dir)
+				watching = false
+			}
+			if failing == nil {
+				w.failingSince.Store(time.Now().UnixNano())
+				w.Log.Error(derr, "Manifest directory cannot be read; the Services loaded last stay as they are until it is back", "dir", dir, "retryEvery", PollInterval)
+				if w.OnFailure != nil {
+					w.OnFailure(derr)
+				}
+			}
+			failing = derr
+			poll.Reset(PollInterval)
+			return
+		}
+		if !watching {
+			w.Log.Info("Manifest directory can be read but not watched; looking for changes by polling", "dir", dir, "every", PollInterval)
+			poll.Reset(PollInterval)
+		}
+		if failing != nil {
+			failing = nil
+			w.failingSince.Store(0)
+			w.Log.Info("Manifest directory is back; reloading it", "dir", dir)
+			if w.OnFailure != nil {
+				w.OnFailure(nil)
+			}
+		}
+		w.Log.V(1).Info("Loaded manifests", "dir", dir, "services", len(objs.Services), "refused", len(objs.Refused),
 			"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
-		onChange(objs, errs)
+		w.OnLoad(objs, errs)
 	}
 	reload()
 	timer := time.NewTimer(DebounceInterval)
@@ -60,22 +134,30 @@ func Watch(ctx context.Context, dir string, logger logr.Logger, onChange func(Ob
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case ev, ok := <-fw.Events:
 			if !ok {
 				return fmt.Errorf("watch manifest directory %s: event channel closed", dir)
 			}
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
+			if filepath.Clean(ev.Name) == dir && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+				// The directory itself was moved or deleted: the watch follows the old inode,
+				// so drop it; the reload sets one up on whatever is at the path then.
+				_ = fw.Remove(dir)
+				watching = false
+			}
 			arm()
-		case err, ok := <-w.Errors:
+		case err, ok := <-fw.Errors:
 			if !ok {
 				return fmt.Errorf("watch manifest directory %s: error channel closed", dir)
 			}
-			logger.Error(err, "Manifest directory watch error; reloading", "dir", dir)
+			w.Log.Error(err, "Manifest directory watch error; reloading", "dir", dir)
 			arm()
 		case <-timer.C:
 			burstStart = time.Time{}
+			reload()
+		case <-poll.C:
 			reload()
 		}
 	}
@@ -96,8 +178,12 @@ func NewFeeder(t *model.Tracker) *Feeder {
 	return &Feeder{tracker: t, fed: map[Ref]string{}}
 }
 
-// Feed applies objs, loaded with errs, to the Tracker.
+// Feed applies objs, loaded with errs, to the Tracker. A load whose directory could not be read
+// (DirectoryError) changes nothing: the Tracker keeps what it was last fed.
 func (f *Feeder) Feed(objs Objects, errs []FileError) {
+	if DirectoryError(errs) != nil {
+		return
+	}
 	failed := map[string]bool{}
 	for _, e := range errs {
 		failed[e.File] = true
@@ -133,6 +219,9 @@ func (f *Feeder) Feed(objs Objects, errs []FileError) {
 	}
 	for _, s := range objs.Services {
 		f.tracker.UpsertService(s)
+	}
+	for _, r := range objs.Refused {
+		f.tracker.RejectService(r.Service, r.Rejection)
 	}
 	f.fed = next
 }

@@ -28,7 +28,11 @@ func TestInvalidCorpus(t *testing.T) {
 	manifest.NewFeeder(tr).Feed(objs, errs)
 	snap := tr.Snapshot()
 	covered := map[string]bool{}
-	for _, svc := range objs.Services {
+	svcs := objs.Services
+	for _, r := range objs.Refused { // refused by the loader's API validation, fed as rejected
+		svcs = append(svcs, r.Service)
+	}
+	for _, svc := range svcs {
 		want := svc.Annotations[expectKey]
 		key := model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
 		covered[want] = true

@@ -46,6 +46,10 @@ const (
 	// is meant to produce it (names and comments fit the kernel's limits by construction), so
 	// no test corpus holds a Service for it.
 	ReasonKernelRefused = "KernelRefused"
+	// ReasonAPIValidation: manifest mode only; the Service fails a check the API server makes on
+	// its metadata or spec enums (a name or namespace that is not a DNS label, such as one with
+	// '/' or NUL; labels; annotation keys; type; affinity; traffic policies).
+	ReasonAPIValidation = "APIValidation"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -57,6 +61,7 @@ func AllReasons() []string {
 		ReasonAllPortsWithRanges, ReasonNodePortRangeWidth, ReasonNodePortRangeUnknownName,
 		ReasonInvalidAddress, ReasonInvalidPort, ReasonServiceConflict,
 		ReasonKernelRefused,
+		ReasonAPIValidation,
 	}
 }
 

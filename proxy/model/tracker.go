@@ -62,6 +62,8 @@ type trackedService struct {
 	// refused is the accepted model the kernel refused (final then holds the rejection); nil
 	// when not refused. See RefuseService.
 	refused *Service
+	// invalid is the source's own rejection (RejectService); it replaces conversion.
+	invalid *Rejection
 }
 
 // NewTracker returns an empty Tracker.
@@ -111,10 +113,32 @@ func (t *Tracker) UpsertService(svc *corev1.Service) {
 		if ts == nil {
 			ts = &trackedService{}
 			t.services[key] = ts
-		} else if ts.obj != nil && equality.Semantic.DeepEqual(ts.obj, svc) {
+		} else if ts.obj != nil && ts.invalid == nil && equality.Semantic.DeepEqual(ts.obj, svc) {
 			return nil
 		}
-		ts.obj = svc
+		ts.obj, ts.invalid = svc, nil
+		return t.recompute([]ServiceKey{key})
+	})
+}
+
+// RejectService adds or replaces a Service that its source refused before conversion, with the
+// source's reason: manifest mode makes the API server's validation itself, and a refused Service
+// must be reported (OnRejection, Snapshot) exactly like one the model rejects. An UpsertService
+// of the same key later replaces the refusal. r.Message should start with "service ns/name: ".
+func (t *Tracker) RejectService(svc *corev1.Service, r *Rejection) {
+	if svc == nil || r == nil {
+		return
+	}
+	key := ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
+	t.update(func() []rejectionEvent {
+		ts := t.services[key]
+		if ts == nil {
+			ts = &trackedService{}
+			t.services[key] = ts
+		} else if ts.obj != nil && reflect.DeepEqual(ts.invalid, r) && equality.Semantic.DeepEqual(ts.obj, svc) {
+			return nil
+		}
+		ts.obj, ts.invalid = svc, r
 		return t.recompute([]ServiceKey{key})
 	})
 }
@@ -126,7 +150,7 @@ func (t *Tracker) DeleteService(key ServiceKey) {
 		if ts == nil || ts.obj == nil {
 			return nil
 		}
-		ts.obj = nil
+		ts.obj, ts.invalid = nil, nil
 		return t.recompute([]ServiceKey{key})
 	})
 }
@@ -302,6 +326,10 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	ts.base, ts.claims, ts.created = nil, nil, time.Time{}
 	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
 		ts.warnings = nil
+		return
+	}
+	if ts.invalid != nil {
+		ts.base, ts.created, ts.warnings = &Service{Key: key, Rejected: ts.invalid}, ts.obj.CreationTimestamp.Time, nil
 		return
 	}
 	slices := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))

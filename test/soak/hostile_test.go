@@ -93,6 +93,10 @@ func hostileInputs() []hostileInput {
 		out = append(out, hostileInput{file: "reason-" + r.name + ".yaml", content: hsvc(r.name, r.meta, r.spec),
 			rejected: map[string]string{r.name: r.reason}})
 	}
+	// A '/' in a name: refused by manifest mode's API validation (it would make chain names of
+	// two Services collide).
+	out = append(out, hostileInput{file: "reason-apivalidation.yaml", content: hsvc(`"a/b"`, "", ip(118)+", ports: [{name: http, port: 80}]"),
+		rejected: map[string]string{"a/b": "APIValidation"}})
 	ext := lab.ExternalIPv4(5).String()
 	out = append(out, hostileInput{file: "conflict.yaml",
 		content: hsvc("older", `, creationTimestamp: "2026-01-01T00:00:00Z"`+ann(rangesKey, "a=20000-20099"), ip(120)+", externalIPs: ["+ext+"], ports: [{name: a, port: 20000}]") +

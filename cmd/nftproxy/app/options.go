@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
@@ -39,6 +40,8 @@ type Options struct {
 	StateDir       string
 	NodePortRange  string
 	BlockRange     string
+	// MaxManifestBytes is the per-file size limit of the manifest loader.
+	MaxManifestBytes int64
 }
 
 // prefixList is a comma-separated list of CIDRs.
@@ -84,6 +87,7 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: changes and problems; 2: every sync; 4: debugging)")
 	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
 	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange, "manifest mode: node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range; empty disables blocks")
+	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
 	if !daemon {
 		return
 	}
@@ -150,4 +154,9 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 
 func (o *Options) runConfig() proxier.RunConfig {
 	return proxier.RunConfig{MinSyncPeriod: o.MinSyncPeriod, FullSyncPeriod: o.FullSyncPeriod}
+}
+
+// loader is the manifest loader the flags describe.
+func (o *Options) loader() manifest.Loader {
+	return manifest.Loader{MaxFileBytes: o.MaxManifestBytes}
 }

@@ -11,9 +11,11 @@ import (
 	"os/signal"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +30,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -66,6 +69,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
+	if o.Once {
+		return runOnce(ctx, &o, log, tracker, builders, pm, am)
+	}
 	kernel, err := nft.NewKernel()
 	if err != nil {
 		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
@@ -79,6 +85,14 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
+	var sources []string // the API server source does not report here (yet)
+	if o.Manifests != "" {
+		sources = append(sources, manifestSourceLabel)
+	}
+	sm, err := metrics.NewSource(reg, sources...)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 	cleaner, err := conntrack.New(log.WithName("conntrack"), conntrack.WithObserver(ctm))
 	if err != nil {
 		return err
@@ -86,29 +100,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	defer cleaner.Close()
 	opts := proxier.Options{Conntrack: cleaner, NodeName: o.NodeName}
 
-	if o.Once {
-		p := proxier.New(tracker, kernel, builders, pm, log, time.Now, opts)
-		if o.Manifests == "" {
-			return usageError{errors.New("--once needs --manifests: the directory of Service, EndpointSlice and Node manifests to apply")}
-		}
-		a, err := newAssigner(&o, log, am)
-		if err != nil {
-			return err
-		}
-		objs, ferrs := manifest.Load(o.Manifests)
-		reportFileErrors(log, ferrs)
-		assign(a, log, &objs, ferrs)
-		manifest.NewFeeder(tracker).Feed(objs, ferrs)
-		warnNoNode(log, tracker, o.NodeName)
-		res, err := p.Sync(ctx, true)
-		if err != nil {
-			return err
-		}
-		log.Info("applied", "ops", res.Ops, "repairs", res.Repairs, "bytes", res.Stats.Bytes, "kernelTime", res.Stats.Duration)
-		return nil
-	}
-
-	src, err := newSource(&o, log, am)
+	src, err := newSource(&o, log, am, sm)
 	if err != nil {
 		var ue usageError
 		if errors.As(err, &ue) || o.Manifests == "" {
@@ -128,7 +120,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		PendingSince: tracker.PendingSince,
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
-		// An API server gone past the timeout fails /healthz (not /livez); the rules stay.
+		// A source that cannot be read (API server, manifest directory): reported by /healthz;
+		// the rules stay.
 		SourceFailingSince: src.FailingSince,
 		Now:                time.Now,
 		Served:             pm.Served,
@@ -163,6 +156,44 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	<-done
 	log.Info("nftproxy stopped; the rules stay in the kernel (nftproxy cleanup removes them)")
+	return nil
+}
+
+// runOnce is `run --once`: load the manifests, apply one full sync, exit. A manifest directory
+// that cannot be read fails before the kernel is opened, so the rules in place stay: a missing
+// directory is not "no Services".
+func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tracker, builders []*ruleset.Builder, pm *metrics.Proxy, am *metrics.AllocatorMetrics) error {
+	if o.Manifests == "" {
+		return usageError{errors.New("--once needs --manifests: the directory of Service, EndpointSlice and Node manifests to apply")}
+	}
+	objs, ferrs := o.loader().Load(o.Manifests)
+	if err := manifest.DirectoryError(ferrs); err != nil {
+		return fmt.Errorf("nothing applied, the kernel is unchanged: %w", err)
+	}
+	a, err := newAssigner(o, log, am)
+	if err != nil {
+		return err
+	}
+	kernel, err := nft.NewKernel()
+	if err != nil {
+		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
+	}
+	defer kernel.Close()
+	cleaner, err := conntrack.New(log.WithName("conntrack"))
+	if err != nil {
+		return err
+	}
+	defer cleaner.Close()
+	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, proxier.Options{Conntrack: cleaner, NodeName: o.NodeName})
+	reportLoad(log, objs, ferrs)
+	assign(a, log, &objs, ferrs)
+	manifest.NewFeeder(tracker).Feed(objs, ferrs)
+	warnNoNode(log, tracker, o.NodeName)
+	res, err := p.Sync(ctx, true)
+	if err != nil {
+		return err
+	}
+	log.Info("applied", "ops", res.Ops, "repairs", res.Repairs, "bytes", res.Stats.Bytes, "kernelTime", res.Stats.Duration)
 	return nil
 }
 
@@ -210,9 +241,15 @@ func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy, rejected func())
 	})
 }
 
-func reportFileErrors(log logr.Logger, ferrs []manifest.FileError) {
+// reportLoad logs what a load could not use: files (their objects keep their last good
+// state) and objects or endpoints the API server would refuse (left out). Services refused by
+// validation are reported by the Tracker's rejection callback like any rejected Service.
+func reportLoad(log logr.Logger, objs manifest.Objects, ferrs []manifest.FileError) {
 	for _, e := range ferrs {
 		log.Error(e, "manifest skipped; the objects of other files are still served")
+	}
+	for _, e := range objs.Invalid {
+		log.Error(e, "manifest object or endpoint left out; the rest of the file is served", "object", e.Ref.String())
 	}
 }
 
@@ -299,7 +336,10 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	objs, ferrs := manifest.Load(o.Manifests)
+	objs, ferrs := o.loader().Load(o.Manifests)
+	if err := manifest.DirectoryError(ferrs); err != nil {
+		return err
+	}
 	probs, _ := a.Assign(&objs, ferrs)
 	manifest.NewFeeder(tracker).Feed(objs, ferrs)
 	snap := tracker.Snapshot()
@@ -309,9 +349,12 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	for _, e := range ferrs {
 		fmt.Fprintf(&sb, "# skipped file: %s\n", oneLine(e.Error()))
 	}
+	for _, e := range objs.Invalid {
+		fmt.Fprintf(&sb, "# left out: %s\n", oneLine(e.Error()))
+	}
 	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
 	for _, r := range rejected {
-		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", r.key, r.r.Reason, oneLine(r.r.Message))
+		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", oneLine(r.key.String()), r.r.Reason, oneLine(r.r.Message))
 	}
 	for _, p := range probs {
 		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))
@@ -327,4 +370,20 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+// oneLine makes s safe for one nft comment line: newlines become spaces and other
+// non-printable characters are escaped (\x00), so a name from a manifest cannot end the line
+// or the script that `nft -f` reads.
+func oneLine(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteByte(' ')
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		}
+	}
+	return b.String()
+}

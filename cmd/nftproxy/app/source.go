@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
@@ -22,7 +23,8 @@ type source interface {
 	// Ready reports whether the initial state has been delivered (for /healthz).
 	Ready() bool
 	// FailingSince is when the source stopped answering (zero while it answers): an API server
-	// gone for longer than --healthz-timeout fails /healthz. Files never fail.
+	// that does not answer, a manifest directory that is missing or unreadable. The rules
+	// programmed last stay meanwhile; /healthz reports it.
 	FailingSince() time.Time
 	fmt.Stringer
 }
@@ -30,7 +32,7 @@ type source interface {
 // newSource picks where the model comes from: manifest files when --manifests is given, else
 // the API server (--kubeconfig, --master, or the pod's in-cluster ServiceAccount). obs receives
 // the node-port allocator's numbers (manifest mode; in a cluster the API server allocates).
-func newSource(o *Options, log logr.Logger, obs allocator.Observer) (source, error) {
+func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.Source) (source, error) {
 	if o.Manifests != "" && (o.Kubeconfig != "" || o.Master != "") {
 		return nil, errors.New("--manifests and --kubeconfig/--master both given: choose manifest files or an API server")
 	}
@@ -47,34 +49,49 @@ func newSource(o *Options, log logr.Logger, obs allocator.Observer) (source, err
 	if o.StateDir == "" {
 		log.Info("node ports assigned in manifest mode are kept in memory only: set --state-dir to keep them across restarts")
 	}
-	return &manifestSource{dir: o.Manifests, node: o.NodeName, log: log, assigner: a}, nil
+	m := &manifestSource{node: o.NodeName, log: log, assigner: a}
+	m.watcher = manifest.Watcher{Dir: o.Manifests, Loader: o.loader(), Log: log.WithName("manifests"),
+		OnFailure: func(err error) {
+			if sm != nil {
+				sm.Failing(manifestSourceLabel, err)
+			}
+		}}
+	return m, nil
 }
+
+// manifestSourceLabel is the manifest source's value of the metrics' source label.
+const manifestSourceLabel = "manifests"
 
 // manifestSource watches a directory of manifests (the embedded default, no cluster needed),
 // acting as its own control plane for node ports.
 type manifestSource struct {
-	dir, node string
-	log       logr.Logger
-	assigner  *nodeport.Assigner
-	loaded    atomic.Bool
+	node     string
+	log      logr.Logger
+	assigner *nodeport.Assigner
+	loaded   atomic.Bool
+	watcher  manifest.Watcher
 }
 
-func (m *manifestSource) String() string { return "manifests " + m.dir }
-func (m *manifestSource) Ready() bool    { return m.loaded.Load() }
+func (m *manifestSource) String() string { return "manifests " + m.watcher.Dir }
 
-// FailingSince is always zero: a directory does not go away like an API server (a broken file
-// is reported and skipped on its own).
-func (m *manifestSource) FailingSince() time.Time { return time.Time{} }
+// Ready is true once the directory has been read: a directory missing at start-up leaves the
+// kernel as it is (the rules of an earlier run keep serving) until it appears.
+func (m *manifestSource) Ready() bool { return m.loaded.Load() }
+
+// FailingSince is when the manifest directory became missing or unreadable, zero while it can
+// be read. A single broken file is not a source failure (it is reported and keeps its objects).
+func (m *manifestSource) FailingSince() time.Time { return m.watcher.FailingSince() }
 
 func (m *manifestSource) Run(ctx context.Context, tracker *model.Tracker, notify func()) error {
 	feeder := manifest.NewFeeder(tracker)
-	return manifest.Watch(ctx, m.dir, m.log.WithName("manifests"), func(objs manifest.Objects, ferrs []manifest.FileError) {
-		reportFileErrors(m.log, ferrs)
+	m.watcher.OnLoad = func(objs manifest.Objects, ferrs []manifest.FileError) {
+		reportLoad(m.log, objs, ferrs)
 		assign(m.assigner, m.log, &objs, ferrs)
 		feeder.Feed(objs, ferrs)
 		if !m.loaded.Swap(true) {
 			warnNoNode(m.log, tracker, m.node)
 		}
 		notify()
-	})
+	}
+	return m.watcher.Run(ctx)
 }

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// A manifest source that fails keeps the last good state (issue 14, finding 4).
+
+// TestOnceMissingDirectoryKeepsRules: `run --once` on a missing directory exits non-zero and
+// leaves the kernel as it was (it used to apply "no Services": every rule deleted, exit 0).
+func TestOnceMissingDirectoryKeepsRules(t *testing.T) {
+	t.Parallel()
+	svc := service{
+		name:       "web",
+		clusterIPs: []netip.Addr{lab.ClusterIPv4(50), lab.ClusterIPv6(50)},
+		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
+		pods:       []int{1},
+	}
+	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(8080)}}, svc)
+	once := func(dir string) (string, error) {
+		return e.lab.Node.Run(append([]string{daemonBinary, "run", "--once"}, daemonFlags(dir)...)...)
+	}
+	if out, err := once(e.dir); err != nil {
+		t.Fatalf("run --once: %v\n%s", err, out)
+	}
+	before := e.ruleset()
+	if !strings.Contains(before, `"`+svc.key()) {
+		t.Fatalf("run --once did not program %s:\n%s", svc.key(), before)
+	}
+	addr := hostPort(lab.ClusterIPv4(50), 80)
+	want := replied(podNames(1), 8080, netip.MustParseAddr(lab.PodGatewayV4))
+	want.check(t, "tcp "+addr+" after run --once", e.lab.Client(1).Dial(e.ctx, "tcp", addr))
+
+	out, err := once(filepath.Join(t.TempDir(), "nonexistent"))
+	if out += fmt.Sprint(err); err == nil || !strings.Contains(out, "read manifest directory") || !strings.Contains(out, "the kernel is unchanged") {
+		t.Errorf("run --once on a missing directory: err %v, output:\n%s\nwant a failure naming the directory", err, out)
+	}
+	if after := e.ruleset(); after != before {
+		t.Errorf("run --once on a missing directory changed the ruleset:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	want.check(t, "tcp "+addr+" after run --once on a missing directory", e.lab.Client(1).Dial(e.ctx, "tcp", addr))
+}
+
+// TestDaemonManifestDirectoryMovedAwayAndBack: the daemon keeps its rules while its directory is
+// gone (it used to delete every Service), says so in its log and metrics, and when a directory
+// is back at the path it programs what that holds and every later edit (it used to watch the
+// moved-away directory forever).
+func TestDaemonManifestDirectoryMovedAwayAndBack(t *testing.T) {
+	t.Parallel()
+	web := service{
+		name:       "web",
+		clusterIPs: []netip.Addr{lab.ClusterIPv4(51)},
+		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
+		pods:       []int{1},
+	}
+	api := service{
+		name:       "api",
+		clusterIPs: []netip.Addr{lab.ClusterIPv4(52)},
+		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
+		pods:       []int{1},
+	}
+	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(8080)}}, web)
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "manifests")
+	if err := os.Rename(e.dir, dir); err != nil {
+		t.Fatal(err)
+	}
+	e.dir = dir
+	const metricsAddr = "127.0.0.1:10249"
+	e.flags = []string{"--metrics-bind-address", metricsAddr}
+	e.start(web)
+	webAddr := hostPort(lab.ClusterIPv4(51), 80)
+	want := replied(podNames(1), 8080, netip.MustParseAddr(lab.PodGatewayV4))
+
+	moved := filepath.Join(parent, "moved")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	// Give a wrong daemon time to act on the missing directory (it reloads within 100 ms and
+	// syncs within 50 ms).
+	time.Sleep(time.Second)
+	if rs := e.ruleset(); !strings.Contains(rs, `"`+web.key()) {
+		t.Fatalf("the directory went away and %s was deleted; ruleset:\n%s", web.key(), rs)
+	}
+	e.waitLog("Manifest directory cannot be read")
+	e.waitMetric(metricsAddr, `nftproxy_source_up{source="manifests"} 0`)
+	want.check(t, "tcp "+webAddr+" while the directory is gone", e.lab.Client(1).Dial(e.ctx, "tcp", webAddr))
+	if n := strings.Count(e.daemon.Output(), "Manifest directory cannot be read"); n != 1 {
+		t.Errorf("the failure is logged %d times; want once per streak", n)
+	}
+
+	if err := os.Rename(moved, dir); err != nil {
+		t.Fatal(err)
+	}
+	e.waitLog("Manifest directory is back")
+	e.write(api)
+	e.waitProgrammed(api)
+	want.check(t, "tcp "+hostPort(lab.ClusterIPv4(52), 80)+" added after the directory returned", e.lab.Client(1).Dial(e.ctx, "tcp", hostPort(lab.ClusterIPv4(52), 80)))
+	e.waitMetric(metricsAddr, `nftproxy_source_up{source="manifests"} 1`)
+	if err := os.Remove(filepath.Join(dir, web.ns()+"-"+web.name+".yaml")); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("web deleted with its file", func(rs string) bool { return !strings.Contains(rs, `"`+web.key()) })
+}
+
+// waitLog waits (bounded) until the daemon's output contains s.
+func (e *env) waitLog(s string) {
+	e.t.Helper()
+	deadline := time.Now().Add(programTimeout)
+	for !strings.Contains(e.daemon.Output(), s) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the daemon did not log %q within %v; output:\n%s", s, programTimeout, e.daemon.Output())
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// waitMetric waits (bounded) until the daemon's /metrics, scraped in the node, has the line.
+func (e *env) waitMetric(addr, line string) {
+	e.t.Helper()
+	client := e.lab.Node.HTTPClient(2 * time.Second)
+	deadline := time.Now().Add(programTimeout)
+	var body string
+	for {
+		if resp, err := client.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if strings.Contains(body, line+"\n") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("/metrics has no %q after %v:\n%s", line, programTimeout, body)
+		}
+		time.Sleep(pollInterval)
+	}
+}
