@@ -41,6 +41,18 @@ const (
 	// ReasonServiceConflict: the Service's ports overlap those of an older Service on the same
 	// IP and protocol (or on the node ports).
 	ReasonServiceConflict = "ServiceConflict"
+	// ReasonNodeAddressRange: all-ports or a port range on a LoadBalancer ingress IP or an
+	// external IP that is an address of the node (it would capture the node's own ports).
+	ReasonNodeAddressRange = "NodeAddressRange"
+	// ReasonNodeAddressClusterIP: a cluster IP that is an address of the node.
+	ReasonNodeAddressClusterIP = "NodeAddressClusterIP"
+	// ReasonReservedPort: a port reserved for the node (--reserved-ports) used on a node
+	// address: a LoadBalancer or external IP that is a node address, a node port, a
+	// health-check node port or a node-port block.
+	ReasonReservedPort = "ReservedPort"
+	// ReasonNodePortBlockOutOfRange: a node-port block outside --range-node-port-range, not
+	// identity-mapped, or given while blocks are disabled.
+	ReasonNodePortBlockOutOfRange = "NodePortBlockOutOfRange"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -51,6 +63,8 @@ func AllReasons() []string {
 		ReasonAllPortsNodePort, ReasonAllPortsHeadless, ReasonAllPortsExternalIPs,
 		ReasonAllPortsWithRanges, ReasonNodePortRangeWidth, ReasonNodePortRangeUnknownName,
 		ReasonInvalidAddress, ReasonInvalidPort, ReasonServiceConflict,
+		ReasonNodeAddressRange, ReasonNodeAddressClusterIP, ReasonReservedPort,
+		ReasonNodePortBlockOutOfRange,
 	}
 }
 

@@ -28,6 +28,10 @@ type TrackerConfig struct {
 	OnRejection func(key ServiceKey, r *Rejection)
 	// Now is the clock for change timestamps; time.Now if nil.
 	Now func() time.Time
+	// Guard is what every Service is checked against on this node (reserved ports, the
+	// node-port block range); the node's addresses come from the Node object and from
+	// SetLocalAddresses.
+	Guard GuardConfig
 }
 
 // Tracker holds the current Services, EndpointSlices and Node, keeps the model of each Service
@@ -46,6 +50,13 @@ type Tracker struct {
 	claims   claimIndex
 	node     *corev1.Node
 	nodeMdl  *Node
+	// local are the addresses the kernel holds in nftproxy's network namespace
+	// (SetLocalAddresses); nodeAddrs is their union with the Node object's addresses.
+	local     []netip.Addr
+	nodeAddrs NodeAddresses
+	// byAddr indexes Services by the addresses they name, so a node-address change rebuilds
+	// only the Services on the addresses that came or went.
+	byAddr map[netip.Addr]map[ServiceKey]bool
 
 	changed     map[ServiceKey]bool
 	nodeChanged bool
@@ -59,6 +70,7 @@ type trackedService struct {
 	created  time.Time
 	final    *Service // published model; nil when ignored
 	warnings []string
+	addrs    []netip.Addr // addresses the Service names, indexed in Tracker.byAddr
 }
 
 // NewTracker returns an empty Tracker.
@@ -73,6 +85,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 		owners:   map[ServiceKey]ServiceKey{},
 		claims:   claimIndex{},
 		changed:  map[ServiceKey]bool{},
+		byAddr:   map[netip.Addr]map[ServiceKey]bool{},
 	}
 }
 
@@ -192,7 +205,7 @@ func (t *Tracker) UpsertNode(n *corev1.Node) {
 		}
 		t.node = n
 		t.setNode(nodeFromObject(n))
-		return nil
+		return t.refreshNodeAddrs()
 	})
 }
 
@@ -204,7 +217,7 @@ func (t *Tracker) DeleteNode(name string) {
 		}
 		t.node = nil
 		t.setNode(nil)
-		return nil
+		return t.refreshNodeAddrs()
 	})
 }
 
@@ -215,6 +228,68 @@ func (t *Tracker) setNode(n *Node) {
 	t.nodeMdl = n
 	t.nodeChanged = true
 	t.markPending()
+}
+
+// SetLocalAddresses records the addresses the kernel holds locally in nftproxy's network
+// namespace (every interface, loopback included). With the Node object's addresses they are the
+// node's addresses that the guard protects; Services on addresses that came or went are rebuilt.
+func (t *Tracker) SetLocalAddresses(addrs []netip.Addr) {
+	norm := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if a.IsValid() {
+			norm = append(norm, a.WithZone("").Unmap())
+		}
+	}
+	t.update(func() []rejectionEvent {
+		t.local = norm
+		return t.refreshNodeAddrs()
+	})
+}
+
+// NodeAddresses returns the node's addresses the guard uses, sorted.
+func (t *Tracker) NodeAddresses() []netip.Addr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]netip.Addr, 0, len(t.nodeAddrs))
+	for a := range t.nodeAddrs {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+// refreshNodeAddrs recomputes the node-address set and rebuilds the Services that name an
+// address that joined or left it.
+func (t *Tracker) refreshNodeAddrs() []rejectionEvent {
+	next := NodeAddresses{}
+	for _, a := range t.local {
+		next[a] = true
+	}
+	if t.nodeMdl != nil {
+		for _, a := range t.nodeMdl.Addresses {
+			next[a] = true
+		}
+	}
+	affected := map[ServiceKey]bool{}
+	for _, set := range []struct{ a, b NodeAddresses }{{next, t.nodeAddrs}, {t.nodeAddrs, next}} {
+		for a := range set.a {
+			if !set.b[a] {
+				for k := range t.byAddr[a] {
+					affected[k] = true
+				}
+			}
+		}
+	}
+	t.nodeAddrs = next
+	if len(affected) == 0 {
+		return nil
+	}
+	keys := make([]ServiceKey, 0, len(affected))
+	for k := range affected {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	return t.recompute(keys)
 }
 
 // nodeFromObject keeps the InternalIP and ExternalIP addresses and the labels of a Node.
@@ -299,6 +374,7 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	ts.base, ts.claims, ts.created = nil, nil, time.Time{}
 	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
 		ts.warnings = nil
+		t.indexAddrs(key, ts, nil)
 		return
 	}
 	slices := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))
@@ -307,12 +383,34 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	}
 	conv := FromService(ts.obj, slices)
 	ts.created = ts.obj.CreationTimestamp.Time
-	ts.base = conv.Service
-	ts.claims = claimsOf(conv.Service)
+	t.indexAddrs(key, ts, addressesOf(conv.Service))
+	ts.base = guardService(conv.Service, t.nodeAddrs, &t.cfg.Guard)
+	ts.claims = claimsOf(ts.base, t.nodeAddrs)
 	if !reflect.DeepEqual(conv.Warnings, ts.warnings) && len(conv.Warnings) > 0 {
 		t.cfg.Logger.Info("Service has problems that did not reject it", "service", key.String(), "warnings", conv.Warnings)
 	}
 	ts.warnings = conv.Warnings
+}
+
+// indexAddrs replaces the addresses a Service is indexed under.
+func (t *Tracker) indexAddrs(key ServiceKey, ts *trackedService, addrs []netip.Addr) {
+	for _, a := range ts.addrs {
+		if m := t.byAddr[a]; m != nil {
+			delete(m, key)
+			if len(m) == 0 {
+				delete(t.byAddr, a)
+			}
+		}
+	}
+	ts.addrs = addrs
+	for _, a := range addrs {
+		m := t.byAddr[a]
+		if m == nil {
+			m = map[ServiceKey]bool{}
+			t.byAddr[a] = m
+		}
+		m[key] = true
+	}
 }
 
 // resolve decides conflicts within a component; Services without a model map to nil.
