@@ -193,3 +193,50 @@ func logHasRejection(out, svc, reason string) bool {
 	}
 	return false
 }
+
+// TestNodeAddressGuardFollowsKernel: the daemon follows the addresses the kernel holds. An
+// all-ports LoadBalancer on an ordinary VIP is served; when the node takes the VIP as its own
+// address (a VIP moving to this node), the Service is rejected within the sync period and the
+// node's own server answers on the VIP; when the address goes, the Service is served again.
+func TestNodeAddressGuardFollowsKernel(t *testing.T) {
+	t.Parallel()
+	random := uint16(40000 + rand.IntN(9000))
+	vip := lab.LoadBalancerIPv4(70)
+	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(guardSSH), lab.Port(random)}})
+	l, c1 := e.lab, e.lab.Client(1)
+	svc := service{name: "vip", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(70)}, pods: []int{1},
+		ports:       []servicePort{{name: "tcp", proto: "TCP", port: 1}},
+		annotations: map[string]string{annotation.AllPortsKey: "true"}, lbIPs: []netip.Addr{vip}}
+	e.write(svc)
+	e.start(svc)
+	if r := c1.Dial(e.ctx, "tcp", hostPort(vip, random)); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
+		t.Fatalf("all-ports on an ordinary VIP: got %v, want pod-1", r)
+	}
+
+	if _, err := l.Node.Run("ip", "address", "add", vip.String()+"/32", "dev", "lo"); err != nil {
+		t.Fatal(err)
+	}
+	nodeSrv, err := lab.Serve(l.Node, "node", []netip.Addr{vip}, []lab.PortSpec{{Proto: "tcp", First: guardSSH}, {Proto: "tcp", First: random}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nodeSrv.Close)
+	e.waitFor("the VIP's Service rejected once the node holds the VIP", func(rs string) bool { return !containsKey(rs, svc) })
+	for _, port := range []uint16{guardSSH, random} {
+		if r := c1.Dial(e.ctx, "tcp", hostPort(vip, port)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
+			t.Errorf("VIP held by the node, port %d: got %v, want the node's own server", port, r)
+		}
+	}
+	if !logHasRejection(e.daemon.Output(), "default/vip", "NodeAddressRange") {
+		t.Errorf("the daemon did not log default/vip rejected with NodeAddressRange")
+	}
+
+	nodeSrv.Close()
+	if _, err := l.Node.Run("ip", "address", "del", vip.String()+"/32", "dev", "lo"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitProgrammed(svc)
+	if r := c1.Dial(e.ctx, "tcp", hostPort(vip, random)); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
+		t.Errorf("VIP released by the node: got %v, want pod-1 again", r)
+	}
+}
