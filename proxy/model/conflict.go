@@ -71,7 +71,7 @@ func claimsOf(s *Service, node NodeAddresses) []claim {
 		if !p.AllPorts {
 			for _, ips := range [][]netip.Addr{p.ExternalIPs, p.LoadBalancerIPs} {
 				for _, a := range ips {
-					if node[a] {
+					if node[a] != 0 {
 						out = append(out, claim{key: nodePorts, lo: lo, hi: hi, port: p.Name.Port, via: "on node address " + a.String()})
 					}
 				}

@@ -94,9 +94,27 @@ func (g *GuardConfig) reserved(lo, hi uint16) (PortSpan, bool) {
 	return PortSpan{}, false
 }
 
+// AddressOrigin says where a node address was seen (bits).
+type AddressOrigin uint8
+
+// Where node addresses come from.
+const (
+	FromNodeObject AddressOrigin = 1 << iota // the Node's InternalIP/ExternalIP
+	FromKernel                               // held locally in nftproxy's network namespace
+)
+
 // NodeAddresses is the set of the node's addresses: the Node object's and those the kernel
-// holds locally in nftproxy's network namespace.
-type NodeAddresses map[netip.Addr]bool
+// holds locally in nftproxy's network namespace; the value is where each was seen (never 0).
+type NodeAddresses map[netip.Addr]AddressOrigin
+
+// clusterIPClash reports whether a cluster IP is one of the node's own addresses: one of the
+// Node object, or a loopback address. Other kernel-held addresses do not count for cluster IPs:
+// a node may legitimately hold service addresses locally (kube-proxy's IPVS mode leaves every
+// ClusterIP on its kube-ipvs0 interface), and counting them would reject every Service there.
+func (n NodeAddresses) clusterIPClash(a netip.Addr) bool {
+	o := n[a]
+	return o&FromNodeObject != 0 || (o != 0 && a.IsLoopback())
+}
 
 // addressesOf lists every address a Service names (cluster, external and LoadBalancer IPs),
 // deduplicated; the tracker indexes Services by them to rebuild those a node-address change
@@ -139,7 +157,7 @@ func guardService(s *Service, node NodeAddresses, g *GuardConfig) *Service {
 
 func guardPort(key ServiceKey, p *ServicePort, node NodeAddresses, g *GuardConfig) *Rejection {
 	for _, a := range p.ClusterIPs {
-		if node[a] {
+		if node.clusterIPClash(a) {
 			return reject(key, ReasonNodeAddressClusterIP,
 				"port %q: cluster IP %s is an address of this node; a cluster IP must come from the service CIDR, so change it",
 				p.Name.Port, a)
@@ -150,7 +168,7 @@ func guardPort(key ServiceKey, p *ServicePort, node NodeAddresses, g *GuardConfi
 		ips   []netip.Addr
 	}{{"status.loadBalancer.ingress IP", p.LoadBalancerIPs}, {"externalIP", p.ExternalIPs}} {
 		for _, a := range f.ips {
-			if !node[a] {
+			if node[a] == 0 {
 				continue
 			}
 			switch {

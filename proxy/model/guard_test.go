@@ -31,7 +31,7 @@ func guardTracker(t *testing.T, rec *recorder) *Tracker {
 		Guard: GuardConfig{ReservedPorts: reserved, BlockRange: PortSpan{20000, 29999}}})
 	tr.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeV4}}}})
-	tr.SetLocalAddresses([]netip.Addr{addr(nodeV6), addr("127.0.0.1")})
+	tr.SetLocalAddresses([]netip.Addr{addr(nodeV6), addr("127.0.0.1"), addr("fd00:96::77")})
 	rec.take()
 	return tr
 }
@@ -79,6 +79,13 @@ func TestGuardNodeAddresses(t *testing.T) {
 		{"range on a node external IP", svcFixture("a", wholeRange, func(s *corev1.Service) { s.Spec.ExternalIPs = []string{nodeV4} }), ReasonNodeAddressRange},
 		{"cluster IP is a node address", svcFixture("a", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = nodeV4, []string{nodeV4} }),
 			ReasonNodeAddressClusterIP},
+		{"cluster IP is loopback", svcFixture("a", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "127.0.0.1", []string{"127.0.0.1"} }),
+			ReasonNodeAddressClusterIP},
+		// The kernel may hold service addresses (kube-proxy IPVS's kube-ipvs0 holds every
+		// ClusterIP): a kernel-only address is not a clash for a cluster IP.
+		{"cluster IP held by the kernel only", svcFixture("a", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00:96::77", []string{"fd00:96::77"}
+		}), "accepted"},
 		{"ssh on a node LB IP", svcFixture("a", withPorts(tcpPort("ssh", 22, intstr.IntOrString{})), lbIngress(nodeV4)), ReasonReservedPort},
 		{"kubelet on a node external IP", svcFixture("a", withPorts(tcpPort("k", 10250, intstr.IntOrString{})),
 			func(s *corev1.Service) { s.Spec.ExternalIPs = []string{nodeV6} }), ReasonReservedPort},

@@ -263,17 +263,17 @@ func (t *Tracker) NodeAddresses() []netip.Addr {
 func (t *Tracker) refreshNodeAddrs() []rejectionEvent {
 	next := NodeAddresses{}
 	for _, a := range t.local {
-		next[a] = true
+		next[a] |= FromKernel
 	}
 	if t.nodeMdl != nil {
 		for _, a := range t.nodeMdl.Addresses {
-			next[a] = true
+			next[a] |= FromNodeObject
 		}
 	}
 	affected := map[ServiceKey]bool{}
 	for _, set := range []struct{ a, b NodeAddresses }{{next, t.nodeAddrs}, {t.nodeAddrs, next}} {
-		for a := range set.a {
-			if !set.b[a] {
+		for a, origin := range set.a {
+			if set.b[a] != origin {
 				for k := range t.byAddr[a] {
 					affected[k] = true
 				}
