@@ -25,6 +25,7 @@ const (
 	guardBlockFirst         = 10240 // a user-written block over the kubelet's port
 	guardBlockLast          = 10260
 	guardSourceRangeLBIndex = 61
+	guardShadowNodePort     = 30088
 )
 
 func guardServices(c1, c2 *lab.Host) []service {
@@ -238,5 +239,30 @@ func TestNodeAddressGuardFollowsKernel(t *testing.T) {
 	e.waitProgrammed(svc)
 	if r := c1.Dial(e.ctx, "tcp", hostPort(vip, random)); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
 		t.Errorf("VIP released by the node: got %v, want pod-1 again", r)
+	}
+}
+
+// TestNodePortNotShadowed: a single port on a LoadBalancer IP that is the node's address, equal to
+// another Service's node port, would shadow that node port (LoadBalancer IPs are matched before
+// node ports). It is a conflict: the older Service keeps the port (by name here, the manifests
+// carry no timestamps), the other is rejected with ServiceConflict.
+func TestNodePortNotShadowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(guardServiceLBPort), lab.Port(guardShadowNodePort)}})
+	nodeV4 := netip.MustParseAddr(lab.NodeIPv4)
+	owner := service{name: "a-node-port", typ: "NodePort", clusterIPs: []netip.Addr{lab.ClusterIPv4(68)}, pods: []int{2},
+		ports: []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort, nodePort: guardShadowNodePort}}}
+	shadow := service{name: "z-shadow", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(69)}, pods: []int{1},
+		ports: []servicePort{{name: "http", proto: "TCP", port: guardShadowNodePort}}, lbIPs: []netip.Addr{nodeV4}}
+	e.write(owner)
+	e.write(shadow)
+	e.start(owner)
+	if containsKey(e.ruleset(), shadow) {
+		t.Errorf("the ruleset names %s, which must lose the conflict", shadow.key())
+	}
+	want := replied(podNames(2), guardServiceLBPort, netip.MustParseAddr(lab.PodGatewayV4))
+	want.check(t, "tcp node:30088", e.lab.Client(1).Dial(e.ctx, "tcp", hostPort(nodeV4, guardShadowNodePort)))
+	if !logHasRejection(e.daemon.Output(), "default/z-shadow", "ServiceConflict") {
+		t.Errorf("the daemon did not log default/z-shadow rejected with ServiceConflict")
 	}
 }
