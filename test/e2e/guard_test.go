@@ -266,3 +266,37 @@ func TestNodePortNotShadowed(t *testing.T) {
 		t.Errorf("the daemon did not log default/z-shadow rejected with ServiceConflict")
 	}
 }
+
+// TestClusterIPOnNodeAddress: a hand-written manifest whose cluster IP is the node's own address
+// (accepted by manifest mode before the guard) would capture that port of the node for everyone.
+// It is rejected with NodeAddressClusterIP and the node's own server keeps answering.
+func TestClusterIPOnNodeAddress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(guardSSH), lab.Port(guardServiceLBPort)}})
+	nodeV6 := netip.MustParseAddr(lab.NodeIPv6)
+	bad := service{name: "on-node", clusterIPs: []netip.Addr{nodeV6}, pods: []int{1},
+		ports: []servicePort{{name: "ssh", proto: "TCP", port: guardSSH}}}
+	canary := service{name: "canary", clusterIPs: []netip.Addr{lab.ClusterIPv6(71)}, pods: []int{1},
+		ports: []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort}}}
+	e.write(bad)
+	e.write(canary)
+	nodeSrv, err := lab.Serve(e.lab.Node, "node", []netip.Addr{nodeV6}, []lab.PortSpec{{Proto: "tcp", First: guardSSH}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nodeSrv.Close)
+	e.start(canary)
+	if containsKey(e.ruleset(), bad) {
+		t.Errorf("the ruleset names %s, whose cluster IP is the node's address", bad.key())
+	}
+	c1 := e.lab.Client(1)
+	if r := c1.Dial(e.ctx, "tcp", hostPort(nodeV6, guardSSH)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
+		t.Errorf("tcp node:22 from outside: got %v, want the node's own server", r)
+	}
+	if r := lab.Dial(e.ctx, e.lab.Node, "tcp", hostPort(nodeV6, guardSSH)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
+		t.Errorf("tcp node:22 from the node: got %v, want the node's own server", r)
+	}
+	if !logHasRejection(e.daemon.Output(), "default/on-node", "NodeAddressClusterIP") {
+		t.Errorf("the daemon did not log default/on-node rejected with NodeAddressClusterIP")
+	}
+}
