@@ -267,36 +267,47 @@ func TestNodePortNotShadowed(t *testing.T) {
 	}
 }
 
-// TestClusterIPOnNodeAddress: a hand-written manifest whose cluster IP is the node's own address
-// (accepted by manifest mode before the guard) would capture that port of the node for everyone.
-// It is rejected with NodeAddressClusterIP and the node's own server keeps answering.
-func TestClusterIPOnNodeAddress(t *testing.T) {
+// TestSinglePortsOnNodeAddress: single ports that would capture a port of the node. A
+// hand-written manifest whose cluster IP is the node's own address (accepted by manifest mode
+// before the guard) is rejected with NodeAddressClusterIP; a LoadBalancer whose ingress IP is the
+// node's address (ServiceLB) on SSH's reserved port is rejected with ReservedPort. The node's own
+// server keeps answering.
+func TestSinglePortsOnNodeAddress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(guardSSH), lab.Port(guardServiceLBPort)}})
-	nodeV6 := netip.MustParseAddr(lab.NodeIPv6)
+	nodeV4, nodeV6 := netip.MustParseAddr(lab.NodeIPv4), netip.MustParseAddr(lab.NodeIPv6)
+	sshLB := service{name: "ssh-lb", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(72)}, pods: []int{1},
+		ports: []servicePort{{name: "ssh", proto: "TCP", port: guardSSH}}, lbIPs: []netip.Addr{nodeV4}}
+	e.write(sshLB)
 	bad := service{name: "on-node", clusterIPs: []netip.Addr{nodeV6}, pods: []int{1},
 		ports: []servicePort{{name: "ssh", proto: "TCP", port: guardSSH}}}
 	canary := service{name: "canary", clusterIPs: []netip.Addr{lab.ClusterIPv6(71)}, pods: []int{1},
 		ports: []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort}}}
 	e.write(bad)
 	e.write(canary)
-	nodeSrv, err := lab.Serve(e.lab.Node, "node", []netip.Addr{nodeV6}, []lab.PortSpec{{Proto: "tcp", First: guardSSH}})
+	nodeSrv, err := lab.Serve(e.lab.Node, "node", []netip.Addr{nodeV4, nodeV6}, []lab.PortSpec{{Proto: "tcp", First: guardSSH}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nodeSrv.Close)
 	e.start(canary)
-	if containsKey(e.ruleset(), bad) {
-		t.Errorf("the ruleset names %s, whose cluster IP is the node's address", bad.key())
+	for _, s := range []service{bad, sshLB} {
+		if containsKey(e.ruleset(), s) {
+			t.Errorf("the ruleset names %s, which must be rejected", s.key())
+		}
 	}
 	c1 := e.lab.Client(1)
-	if r := c1.Dial(e.ctx, "tcp", hostPort(nodeV6, guardSSH)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
-		t.Errorf("tcp node:22 from outside: got %v, want the node's own server", r)
+	for _, a := range []netip.Addr{nodeV4, nodeV6} {
+		if r := c1.Dial(e.ctx, "tcp", hostPort(a, guardSSH)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
+			t.Errorf("tcp %s from outside: got %v, want the node's own server", hostPort(a, guardSSH), r)
+		}
+		if r := lab.Dial(e.ctx, e.lab.Node, "tcp", hostPort(a, guardSSH)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
+			t.Errorf("tcp %s from the node: got %v, want the node's own server", hostPort(a, guardSSH), r)
+		}
 	}
-	if r := lab.Dial(e.ctx, e.lab.Node, "tcp", hostPort(nodeV6, guardSSH)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
-		t.Errorf("tcp node:22 from the node: got %v, want the node's own server", r)
-	}
-	if !logHasRejection(e.daemon.Output(), "default/on-node", "NodeAddressClusterIP") {
-		t.Errorf("the daemon did not log default/on-node rejected with NodeAddressClusterIP")
+	for svc, reason := range map[string]string{"default/on-node": "NodeAddressClusterIP", "default/ssh-lb": "ReservedPort"} {
+		if !logHasRejection(e.daemon.Output(), svc, reason) {
+			t.Errorf("the daemon did not log %s rejected with %s", svc, reason)
+		}
 	}
 }
