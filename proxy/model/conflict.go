@@ -26,19 +26,29 @@ type claim struct {
 	key    claimKey
 	lo, hi uint16
 	port   string // ServicePort name, for messages
+	// via says how a node-port claim arises when it is not a node port itself: a LoadBalancer
+	// or external IP that is a node address, or the health-check node port.
+	via string
 }
 
 func (c claim) overlaps(o claim) bool { return c.key == o.key && c.lo <= o.hi && o.lo <= c.hi }
 
 func (c claim) portsText() string {
+	text := fmt.Sprintf("ports %d-%d", c.lo, c.hi)
 	if c.lo == c.hi {
-		return fmt.Sprintf("port %d", c.lo)
+		text = fmt.Sprintf("port %d", c.lo)
 	}
-	return fmt.Sprintf("ports %d-%d", c.lo, c.hi)
+	if c.via != "" {
+		text += " " + c.via
+	}
+	return text
 }
 
 // claimsOf lists the intervals an accepted Service uses; rejected and nil Services claim none.
-func claimsOf(s *Service) []claim {
+// A node address serves the node ports, so a LoadBalancer or external IP that is a node address
+// also claims its port among the node ports: it would shadow a node port or a health-check node
+// port of the same number (the guard has already refused ranges and all-ports there).
+func claimsOf(s *Service, node NodeAddresses) []claim {
 	if s == nil || s.Rejected != nil {
 		return nil
 	}
@@ -51,11 +61,24 @@ func claimsOf(s *Service) []claim {
 		}
 		for _, ips := range [][]netip.Addr{p.ClusterIPs, p.ExternalIPs, p.LoadBalancerIPs} {
 			for _, a := range ips {
-				out = append(out, claim{claimKey{a, p.Name.Protocol}, lo, hi, p.Name.Port})
+				out = append(out, claim{key: claimKey{a, p.Name.Protocol}, lo: lo, hi: hi, port: p.Name.Port})
 			}
 		}
+		nodePorts := claimKey{netip.Addr{}, p.Name.Protocol}
 		if p.NodePort != 0 {
-			out = append(out, claim{claimKey{netip.Addr{}, p.Name.Protocol}, p.NodePort, p.NodePortEnd, p.Name.Port})
+			out = append(out, claim{key: nodePorts, lo: p.NodePort, hi: p.NodePortEnd, port: p.Name.Port})
+		}
+		if !p.AllPorts {
+			for _, ips := range [][]netip.Addr{p.ExternalIPs, p.LoadBalancerIPs} {
+				for _, a := range ips {
+					if node[a] != 0 {
+						out = append(out, claim{key: nodePorts, lo: lo, hi: hi, port: p.Name.Port, via: "on node address " + a.String()})
+					}
+				}
+			}
+		}
+		if hc := p.HealthCheckNodePort; hc != 0 {
+			out = append(out, claim{key: claimKey{netip.Addr{}, TCP}, lo: hc, hi: hc, port: p.Name.Port, via: "(health-check node port)"})
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package model
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -142,6 +143,9 @@ func commonFields(key ServiceKey, svc *corev1.Service) (*common, *Rejection) {
 		return nil, rej
 	}
 	for _, s := range svc.Spec.LoadBalancerSourceRanges {
+		// The API server accepts entries padded with spaces (a leftover of the annotation this
+		// field replaced) and upstream proxies trim them; so does nftproxy.
+		s = strings.TrimSpace(s)
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			return nil, reject(key, ReasonInvalidAddress,

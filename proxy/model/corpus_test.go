@@ -24,7 +24,12 @@ func TestInvalidCorpus(t *testing.T) {
 	if len(errs) != 0 {
 		t.Fatalf("loading corpus: %v", errs)
 	}
-	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	reserved, err := model.ParsePortSpans(model.DefaultReservedPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard(),
+		Guard: model.GuardConfig{ReservedPorts: reserved, BlockRange: model.PortSpan{First: 20000, Last: 29999}}})
 	manifest.NewFeeder(tr).Feed(objs, errs)
 	snap := tr.Snapshot()
 	covered := map[string]bool{}

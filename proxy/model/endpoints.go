@@ -107,11 +107,6 @@ func parseEndpoint(e *discoveryv1.Endpoint, family discoveryv1.AddressType) (End
 	return ep, true
 }
 
-// keepsPort reports whether traffic to sp keeps its destination port (ranges and all-ports).
-func keepsPort(sp *ServicePort) bool {
-	return sp.AllPorts || (sp.TargetPort == 0 && sp.TargetPortName == "")
-}
-
 // slicePort finds the port of a slice that serves sp and returns the endpoint port to use.
 // EndpointSlice ports carry the Service port's name and the resolved target port, so named
 // targetPorts are resolved here, per slice. An all-ports ServicePort uses any slice port of its
@@ -135,7 +130,7 @@ func slicePort(ports []discoveryv1.EndpointPort, sp *ServicePort) (uint16, bool)
 		if name != sp.Name.Port {
 			continue
 		}
-		if keepsPort(sp) {
+		if sp.KeepsPort() {
 			return 0, true
 		}
 		if p.Port == nil || *p.Port < 1 || *p.Port > annotation.MaxPort {

@@ -108,6 +108,22 @@ type ServicePort struct {
 // IsRange reports whether the port covers more than one port.
 func (p *ServicePort) IsRange() bool { return !p.AllPorts && p.PortEnd > p.Port }
 
+// KeepsPort reports whether traffic to the port keeps its destination port: all-ports entries
+// and every port from nftproxy.io/port-ranges, a one-port range ("sip=5060-5060") included.
+// Endpoints of such a port have Port 0 and are DNATed to their address only. The ruleset
+// builder and the endpoint resolution both ask this, so they can never disagree on a port (a
+// one-port range used to resolve its endpoints without a port and then be built as a single
+// port that needs one, which dropped every endpoint).
+func (p *ServicePort) KeepsPort() bool {
+	return p.AllPorts || (p.TargetPort == 0 && p.TargetPortName == "")
+}
+
+// HasNodePortBlock reports whether NodePort..NodePortEnd is a node-port block (from
+// nftproxy.io/node-port-ranges, identity-mapped to the port range) rather than a single node port.
+func (p *ServicePort) HasNodePortBlock() bool {
+	return p.NodePort != 0 && !p.AllPorts && p.KeepsPort()
+}
+
 // Rejection says why a Service was not programmed. Reason is a short stable label (used as a
 // metric label); Message is the full sentence for logs and Events.
 type Rejection struct {

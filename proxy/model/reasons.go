@@ -50,6 +50,18 @@ const (
 	// its metadata or spec enums (a name or namespace that is not a DNS label, such as one with
 	// '/' or NUL; labels; annotation keys; type; affinity; traffic policies).
 	ReasonAPIValidation = "APIValidation"
+	// ReasonNodeAddressRange: all-ports or a port range on a LoadBalancer ingress IP or an
+	// external IP that is an address of the node (it would capture the node's own ports).
+	ReasonNodeAddressRange = "NodeAddressRange"
+	// ReasonNodeAddressClusterIP: a cluster IP that is an address of the node.
+	ReasonNodeAddressClusterIP = "NodeAddressClusterIP"
+	// ReasonReservedPort: a port reserved for the node (--reserved-ports) used on a node
+	// address: a LoadBalancer or external IP that is a node address, a node port, a
+	// health-check node port or a node-port block.
+	ReasonReservedPort = "ReservedPort"
+	// ReasonNodePortBlockOutOfRange: a node-port block outside --range-node-port-range, not
+	// identity-mapped, or given while blocks are disabled.
+	ReasonNodePortBlockOutOfRange = "NodePortBlockOutOfRange"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -62,6 +74,8 @@ func AllReasons() []string {
 		ReasonInvalidAddress, ReasonInvalidPort, ReasonServiceConflict,
 		ReasonKernelRefused,
 		ReasonAPIValidation,
+		ReasonNodeAddressRange, ReasonNodeAddressClusterIP, ReasonReservedPort,
+		ReasonNodePortBlockOutOfRange,
 	}
 }
 

@@ -28,6 +28,10 @@ type TrackerConfig struct {
 	OnRejection func(key ServiceKey, r *Rejection)
 	// Now is the clock for change timestamps; time.Now if nil.
 	Now func() time.Time
+	// Guard is what every Service is checked against on this node (reserved ports, the
+	// node-port block range); the node's addresses come from the Node object and from
+	// SetLocalAddresses.
+	Guard GuardConfig
 }
 
 // Tracker holds the current Services, EndpointSlices and Node, keeps the model of each Service
@@ -46,6 +50,13 @@ type Tracker struct {
 	claims   claimIndex
 	node     *corev1.Node
 	nodeMdl  *Node
+	// local are the addresses the kernel holds in nftproxy's network namespace
+	// (SetLocalAddresses); nodeAddrs is their union with the Node object's addresses.
+	local     []netip.Addr
+	nodeAddrs NodeAddresses
+	// byAddr indexes Services by the addresses they name, so a node-address change rebuilds
+	// only the Services on the addresses that came or went.
+	byAddr map[netip.Addr]map[ServiceKey]bool
 
 	changed     map[ServiceKey]bool
 	nodeChanged bool
@@ -64,6 +75,7 @@ type trackedService struct {
 	refused *Service
 	// invalid is the source's own rejection (RejectService); it replaces conversion.
 	invalid *Rejection
+	addrs   []netip.Addr // addresses the Service names, indexed in Tracker.byAddr
 }
 
 // NewTracker returns an empty Tracker.
@@ -78,6 +90,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 		owners:   map[ServiceKey]ServiceKey{},
 		claims:   claimIndex{},
 		changed:  map[ServiceKey]bool{},
+		byAddr:   map[netip.Addr]map[ServiceKey]bool{},
 	}
 }
 
@@ -219,7 +232,7 @@ func (t *Tracker) UpsertNode(n *corev1.Node) {
 		}
 		t.node = n
 		t.setNode(nodeFromObject(n))
-		return nil
+		return t.refreshNodeAddrs()
 	})
 }
 
@@ -231,7 +244,7 @@ func (t *Tracker) DeleteNode(name string) {
 		}
 		t.node = nil
 		t.setNode(nil)
-		return nil
+		return t.refreshNodeAddrs()
 	})
 }
 
@@ -326,10 +339,12 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	ts.base, ts.claims, ts.created = nil, nil, time.Time{}
 	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
 		ts.warnings = nil
+		t.indexAddrs(key, ts, nil)
 		return
 	}
 	if ts.invalid != nil {
 		ts.base, ts.created, ts.warnings = &Service{Key: key, Rejected: ts.invalid}, ts.obj.CreationTimestamp.Time, nil
+		t.indexAddrs(key, ts, nil)
 		return
 	}
 	slices := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))
@@ -338,8 +353,9 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	}
 	conv := FromService(ts.obj, slices)
 	ts.created = ts.obj.CreationTimestamp.Time
-	ts.base = conv.Service
-	ts.claims = claimsOf(conv.Service)
+	t.indexAddrs(key, ts, addressesOf(conv.Service))
+	ts.base = guardService(conv.Service, t.nodeAddrs, &t.cfg.Guard)
+	ts.claims = claimsOf(ts.base, t.nodeAddrs)
 	if !reflect.DeepEqual(conv.Warnings, ts.warnings) && len(conv.Warnings) > 0 {
 		t.cfg.Logger.Info("Service has problems that did not reject it", "service", key.String(), "warnings", conv.Warnings)
 	}

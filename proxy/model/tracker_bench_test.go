@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -33,5 +34,35 @@ func BenchmarkTrackerEndpointChange(b *testing.B) {
 	b.StopTimer()
 	if ch := tr.TakeChanges(); len(ch.Services) != 1 {
 		b.Fatalf("changed = %v; want only ns/s42", ch.Services)
+	}
+}
+
+// BenchmarkTrackerNodeAddressChange measures a change of the node's kernel addresses with 10k
+// LoadBalancer Services tracked: an address no Service names (the common case: an interface
+// coming up), and the LoadBalancer IP of one Service (a VIP moving to this node).
+func BenchmarkTrackerNodeAddressChange(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		extra netip.Addr
+	}{{"unused address", netip.MustParseAddr("203.0.113.1")}, {"one Service's LB IP", netip.MustParseAddr("198.51.0.43")}} {
+		b.Run(c.name, func(b *testing.B) {
+			tr := NewTracker(TrackerConfig{Logger: logr.Discard()})
+			for i := 0; i < 10000; i++ {
+				name := fmt.Sprintf("s%d", i)
+				tr.UpsertService(svcFixture(name, onIP(fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), fmt.Sprintf("192.0.%d.%d", i/250, i%250+1)),
+					lbIngress(fmt.Sprintf("198.51.%d.%d", i/250, i%250+1))))
+			}
+			base := []netip.Addr{netip.MustParseAddr("192.0.2.250")}
+			tr.SetLocalAddresses(base)
+			tr.TakeChanges()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%2 == 0 {
+					tr.SetLocalAddresses(append(base, c.extra))
+				} else {
+					tr.SetLocalAddresses(base)
+				}
+			}
+		})
 	}
 }

@@ -30,10 +30,12 @@ import (
 // DefaultNodePortRange is the API server's default --service-node-port-range.
 const DefaultNodePortRange = "30000-32767"
 
-// DefaultBlockRange is the suggested default for node-port blocks of range Services: above the
-// privileged ports and below the default node-port range (so the two never overlap) and below
-// the kernel's default ephemeral range (32768-60999).
-const DefaultBlockRange = "1024-29999"
+// DefaultBlockRange is the default range for node-port blocks of range Services. Blocks are
+// identity-mapped, so this is the set of ports a Service may open on every node address: it holds
+// no Kubernetes or common node-agent port (the former 1024-29999 held etcd's 2379, the API
+// server's 6443 and the kubelet's 10250), and lies below the default node-port range (so the two
+// never overlap) and below the kernel's default ephemeral range (32768-60999).
+const DefaultBlockRange = "20000-29999"
 
 // Config says where node ports and blocks come from and where assignments are kept.
 type Config struct {

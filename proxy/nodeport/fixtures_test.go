@@ -14,10 +14,11 @@ import (
 )
 
 // The address plan of these tests: no addresses matter, only ports. The node-port range is the
-// API server's default; blocks come from the suggested default block range.
+// API server's default; blocks come from a wide block range that holds the RTP-style ranges the
+// tests use (the assigner's rules do not depend on the default, which is narrower).
 var (
 	testNodePorts = allocator.MustParseRange(DefaultNodePortRange)
-	testBlocks    = allocator.MustParseRange(DefaultBlockRange)
+	testBlocks    = allocator.MustParseRange("1024-29999")
 	epoch         = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 

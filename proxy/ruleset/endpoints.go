@@ -14,7 +14,7 @@ import (
 // conditions (model.CategorizeEndpoints chooses among them): a numeric port is required unless
 // the Service keeps the destination port. Sorted by address and port, deduplicated.
 func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
-	keepPort := sp.AllPorts || sp.IsRange()
+	keepPort := sp.KeepsPort()
 	var eps []model.Endpoint
 	for _, ep := range sp.Endpoints {
 		a := ep.Addr.Unmap()

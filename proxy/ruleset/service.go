@@ -70,7 +70,7 @@ func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, 
 	if !ok {
 		return nil, false
 	}
-	p := &portPlan{proto: proto, name: sp.Name.String(), keepPort: sp.AllPorts || sp.IsRange()}
+	p := &portPlan{proto: proto, name: sp.Name.String(), keepPort: sp.KeepsPort()}
 	p.cips = b.cfg.ofFamily(sp.ClusterIPs)
 	if len(p.cips) == 0 {
 		// Not a Service of this family: its node ports and external addresses belong to the

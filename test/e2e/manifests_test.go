@@ -24,6 +24,8 @@ type service struct {
 	annotations map[string]string
 	externalIPs []netip.Addr
 	lbIPs       []netip.Addr
+	// sourceRanges are spec.loadBalancerSourceRanges, written as given (spaces included).
+	sourceRanges []string
 	// pods are the ready endpoints, by lab pod number; one EndpointSlice per family of
 	// clusterIPs. Nil means no EndpointSlice at all.
 	pods []int
@@ -100,6 +102,9 @@ func (s service) serviceObject() map[string]any {
 	}
 	if len(s.externalIPs) > 0 {
 		spec["externalIPs"] = addrStrings(s.externalIPs)
+	}
+	if len(s.sourceRanges) > 0 {
+		spec["loadBalancerSourceRanges"] = s.sourceRanges
 	}
 	if typ == "LoadBalancer" && s.annotations["nftproxy.io/all-ports"] == "true" {
 		spec["allocateLoadBalancerNodePorts"] = false

@@ -18,7 +18,7 @@ import (
 // is made by the daemon itself (manifest mode is its own control plane, proxy/nodeport), kept
 // across a restart through --state-dir, and packets prove it at the block's edges.
 const (
-	npRangeStart, npRangeEnd = 16500, 16509
+	npRangeStart, npRangeEnd = 20500, 20509
 )
 
 func nodePortServices() []service {
@@ -27,7 +27,7 @@ func nodePortServices() []service {
 			name: "media", namespace: "voip", typ: "NodePort",
 			clusterIPs:  []netip.Addr{lab.ClusterIPv4(20)},
 			ports:       []servicePort{{name: "rtp", proto: "UDP", port: npRangeStart}},
-			annotations: map[string]string{annotation.PortRangesKey: "rtp=16500-16509"},
+			annotations: map[string]string{annotation.PortRangesKey: "rtp=20500-20509"},
 			pods:        []int{2},
 		},
 		{
@@ -69,8 +69,8 @@ func TestNodePorts(t *testing.T) {
 	e.start(svcs...)
 	// The daemon is its own control plane: the block is the range itself, the other port comes
 	// from the dynamic band.
-	if !strings.Contains(e.ruleset(), `udp . 16500-16509 comment "voip/media/udp/rtp"`) {
-		t.Fatalf("no identity node-port block 16500-16509 for voip/media in the ruleset:\n%s", e.ruleset())
+	if !strings.Contains(e.ruleset(), `udp . 20500-20509 comment "voip/media/udp/rtp"`) {
+		t.Fatalf("no identity node-port block 20500-20509 for voip/media in the ruleset:\n%s", e.ruleset())
 	}
 	dynPort := e.nodePortOf("default/dyn/tcp/http")
 	if band := allocator.MustParseRange(nodeport.DefaultNodePortRange).DynamicBand(); !band.Contains(int(dynPort)) {
@@ -94,7 +94,7 @@ func TestNodePorts(t *testing.T) {
 	probes := []probe{
 		{"block start-1 not forwarded", client.NS, "udp", hostPort(nodeV4, npRangeStart-1), refused},
 		{"block start", client.NS, "udp", hostPort(nodeV4, npRangeStart), replied(podNames(2), npRangeStart, masq4)},
-		{"block middle", client.NS, "udp", hostPort(nodeV4, 16505), replied(podNames(2), 16505, masq4)},
+		{"block middle", client.NS, "udp", hostPort(nodeV4, 20505), replied(podNames(2), 20505, masq4)},
 		{"block end", client.NS, "udp", hostPort(nodeV4, npRangeEnd), replied(podNames(2), npRangeEnd, masq4)},
 		{"block end+1 not forwarded", client.NS, "udp", hostPort(nodeV4, npRangeEnd+1), refused},
 		{"block tcp not a protocol of it", client.NS, "tcp", hostPort(nodeV4, npRangeStart), refused},

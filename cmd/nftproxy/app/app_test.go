@@ -28,6 +28,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"bit out of range", []string{"render", "--manifests", ".", "--drop-bit", "32"}, 2, "from 0 to 31"},
 		{"bad cidr", []string{"render", "--manifests", ".", "--cluster-cidr", "10.0.0.0/33"}, 2, "is not a CIDR"},
 		{"bad family", []string{"render", "--manifests", ".", "--ip-families", "ipx"}, 2, "not ipv4 or ipv6"},
+		{"bad reserved ports", []string{"render", "--manifests", ".", "--reserved-ports", "22,ssh"}, 2, `--reserved-ports: "ssh" is not a port`},
+		{"bad block range", []string{"render", "--manifests", ".", "--range-node-port-range", "9-1"}, 2, "--range-node-port-range"},
 		{"stray argument", []string{"render", "--manifests", ".", "extra"}, 2, "every setting is a flag"},
 		{"help", []string{"run", "-h"}, 0, "-min-sync-period"},
 	} {

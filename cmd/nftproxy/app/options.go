@@ -3,12 +3,16 @@ package app
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
+	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
@@ -42,6 +46,7 @@ type Options struct {
 	BlockRange     string
 	// MaxManifestBytes is the per-file size limit of the manifest loader.
 	MaxManifestBytes int64
+	ReservedPorts    string
 }
 
 // prefixList is a comma-separated list of CIDRs.
@@ -86,8 +91,9 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: changes and problems; 2: every sync; 4: debugging)")
 	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
-	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange, "manifest mode: node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range; empty disables blocks")
+	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange, "node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range: manifest mode assigns them from it, and in both modes a block outside it is rejected on this node (give the allocator the same value); empty disables blocks")
 	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
+	fs.StringVar(&o.ReservedPorts, "reserved-ports", model.DefaultReservedPorts, "ports and ranges of the node (comma-separated, every protocol) that no Service may capture or reject on a node address: not with a LoadBalancer or external IP that is a node address, a node port, a health-check node port or a node-port block; the ports of --healthz-bind-address and --metrics-bind-address are added. Default: SSH, etcd, the API server, the kubelet and the control-plane components")
 	if !daemon {
 		return
 	}
@@ -150,6 +156,37 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// guard returns the node-address guard's settings: --reserved-ports plus the ports nftproxy itself
+// listens on, and --range-node-port-range.
+func (o *Options) guard() (model.GuardConfig, error) {
+	var g model.GuardConfig
+	reserved, err := model.ParsePortSpans(o.ReservedPorts)
+	if err != nil {
+		return g, fmt.Errorf("--reserved-ports: %w", err)
+	}
+	for _, a := range []struct{ flag, addr string }{{"--healthz-bind-address", o.HealthzAddress}, {"--metrics-bind-address", o.MetricsAddress}} {
+		if a.addr == "" {
+			continue
+		}
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			return g, fmt.Errorf("%s %q: %w (write HOST:PORT, e.g. 0.0.0.0:10256)", a.flag, a.addr, err)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err == nil && n > 0 {
+			reserved = append(reserved, model.PortSpan{First: uint16(n), Last: uint16(n)})
+		}
+	}
+	g.ReservedPorts = reserved
+	if o.BlockRange != "" {
+		r, err := allocator.ParseRange(o.BlockRange)
+		if err != nil {
+			return g, fmt.Errorf("--range-node-port-range: %w", err)
+		}
+		g.BlockRange = model.PortSpan{First: uint16(r.First), Last: uint16(r.Last)}
+	}
+	return g, nil
 }
 
 func (o *Options) runConfig() proxier.RunConfig {

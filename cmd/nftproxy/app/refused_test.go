@@ -22,7 +22,7 @@ func TestKernelRefusalIsCountedAndRescanned(t *testing.T) {
 		t.Fatal(err)
 	}
 	rescans := 0
-	tr := newTracker(&Options{}, logr.Discard(), pm, func() { rescans++ })
+	tr := newTracker(&Options{}, model.GuardConfig{}, logr.Discard(), pm, func() { rescans++ })
 	tr.UpsertService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}})

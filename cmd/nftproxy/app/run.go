@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -29,6 +30,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/healthcheck"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
@@ -39,6 +41,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	builders, err := o.builders()
+	if err != nil {
+		return usageError{err}
+	}
+	guard, err := o.guard()
 	if err != nil {
 		return usageError{err}
 	}
@@ -60,11 +66,18 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	// rescan, once the source exists, sends Events for rejections the informers did not see
 	// (a Service the kernel refused); set before anything runs.
 	var rescan func()
-	tracker := newTracker(&o, log, pm, func() {
+	tracker := newTracker(&o, guard, log, pm, func() {
 		if rescan != nil {
 			rescan()
 		}
 	})
+	// The node's local addresses are known before any Service is programmed, so the guard holds
+	// from the first sync; the daemon then follows their changes.
+	localAddrs, err := nodeaddr.List(nil)
+	if err != nil {
+		return err
+	}
+	tracker.SetLocalAddresses(localAddrs)
 	if err := pm.WatchPending(tracker.Pending); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -135,6 +148,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	runner = proxier.NewRunner(p, rc)
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
+	go watchNodeAddresses(ctx, log, tracker, runner.Notify)
 
 	servers, err := serve(log, &o, hs, reg)
 	if err != nil {
@@ -224,9 +238,23 @@ func boundShutdown(ctx context.Context, stderr io.Writer) func() {
 	return func() { close(done) }
 }
 
-func newTracker(o *Options, log logr.Logger, pm *metrics.Proxy, rejected func()) *model.Tracker {
+// watchNodeAddresses feeds the node's local addresses to the tracker's node-address guard as they
+// change. If they cannot be followed any more, the last ones stay in force.
+func watchNodeAddresses(ctx context.Context, log logr.Logger, tracker *model.Tracker, notify func()) {
+	log = log.WithName("nodeaddr")
+	err := nodeaddr.Watch(ctx, log, nodeaddr.Options{}, func(addrs []netip.Addr) {
+		log.V(2).Info("node addresses", "local", addrs)
+		tracker.SetLocalAddresses(addrs)
+		notify()
+	})
+	if err != nil {
+		log.Error(err, "the node's addresses are no longer followed; the guard keeps the last ones it read")
+	}
+}
+
+func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metrics.Proxy, rejected func()) *model.Tracker {
 	return model.NewTracker(model.TrackerConfig{
-		NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log.WithName("model"),
+		NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log.WithName("model"), Guard: guard,
 		OnRejection: func(key model.ServiceKey, r *model.Rejection) {
 			if r == nil {
 				log.Info("service accepted again", "service", key.String())
@@ -320,13 +348,19 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	guard, err := o.guard()
+	if err != nil {
+		return usageError{err}
+	}
 	log := newLogger(o.Verbosity, stderr)
 	type rej struct {
 		key model.ServiceKey
 		r   *model.Rejection
 	}
 	var rejected []rej
-	tracker := model.NewTracker(model.TrackerConfig{NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log,
+	// render may run anywhere, so the guard knows the node's addresses from its Node manifest
+	// only, not from the kernel of the machine it runs on.
+	tracker := model.NewTracker(model.TrackerConfig{NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log, Guard: guard,
 		OnRejection: func(k model.ServiceKey, r *model.Rejection) {
 			if r != nil {
 				rejected = append(rejected, rej{k, r})

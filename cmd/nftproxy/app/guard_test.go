@@ -1,0 +1,27 @@
+package app
+
+import (
+	"testing"
+
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// TestGuardOptions: the reserved ports are the flag's plus the ports nftproxy itself listens on,
+// and the block range reaches the model; an empty block range disables blocks.
+func TestGuardOptions(t *testing.T) {
+	o := Options{ReservedPorts: "22", HealthzAddress: "0.0.0.0:20256", MetricsAddress: "[::1]:20249", BlockRange: "20000-29999"}
+	g, err := o.guard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := model.FormatPortSpans(g.ReservedPorts); got != "22,20256,20249" {
+		t.Errorf("reserved ports = %s; want 22,20256,20249", got)
+	}
+	if g.BlockRange != (model.PortSpan{First: 20000, Last: 29999}) {
+		t.Errorf("block range = %v", g.BlockRange)
+	}
+	o = Options{ReservedPorts: model.DefaultReservedPorts}
+	if g, err = o.guard(); err != nil || !g.BlockRange.IsZero() || len(g.ReservedPorts) != 4 {
+		t.Errorf("defaults without listeners or blocks: %+v, %v", g, err)
+	}
+}

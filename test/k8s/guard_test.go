@@ -1,0 +1,95 @@
+package k8s
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// waitEvent waits (bounded) for a Warning Event on Service name and returns its reason and note.
+func (e *env) waitEvent(name string) (reason, note string) {
+	e.t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for {
+		list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, ev := range list.Items {
+			if ev.Regarding.Kind == "Service" && ev.Regarding.Name == name && ev.Type == "Warning" {
+				return ev.Reason, ev.Note
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no Event on Service %s after %v", name, waitBound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestNodeIsGuardedInKubernetesMode (issue 14, findings 1 and 7) with the DaemonSet's own
+// settings: a user-written node-port block over the kubelet's port, which Kubernetes mode used to
+// program unchecked, and an all-ports LoadBalancer whose ingress IP (written in the status, as a
+// bare-metal load balancer does) is the node's address. Both are rejected with an Event and left
+// out of the ruleset; a plain Service next to them is programmed.
+func TestNodeIsGuardedInKubernetesMode(t *testing.T) {
+	e := newEnv(t, nil)
+	block := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "kubelet-block", Annotations: map[string]string{
+			annotation.PortRangesKey: "k=10240-10260", annotation.NodePortRangesKey: "k=10240-10260"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: lab.ClusterIPv4(60).String(),
+			Ports: []corev1.ServicePort{{Name: "k", Port: 10240, Protocol: corev1.ProtocolTCP}}},
+	}
+	takeover := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "takeover", Annotations: map[string]string{annotation.AllPortsKey: "true"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: lab.ClusterIPv4(61).String(),
+			AllocateLoadBalancerNodePorts: ptrTo(false),
+			Ports:                         []corev1.ServicePort{{Name: "tcp", Port: 1, Protocol: corev1.ProtocolTCP}}},
+	}
+	for _, s := range []*corev1.Service{block, takeover} {
+		if _, err := e.cs.CoreV1().Services(testNS).Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create Service %s: %v", s.Name, err)
+		}
+	}
+	got, err := e.cs.CoreV1().Services(testNS).Get(e.ctx, takeover.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lab.NodeIPv4}}
+	if _, err := e.cs.CoreV1().Services(testNS).UpdateStatus(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("status of %s: %v", takeover.Name, err)
+	}
+	plain := svc{name: "plain", ip: 62, pods: []int{1}}
+	e.createService(plain)
+	e.waitProgrammed(plain)
+
+	for name, want := range map[string]string{block.Name: model.ReasonReservedPort, takeover.Name: model.ReasonNodeAddressRange} {
+		reason, note := e.waitEvent(name)
+		if reason != want {
+			t.Errorf("Event on %s: reason %q (%s); want %s", name, reason, note, want)
+		}
+	}
+	// The takeover's Event may come from its creation, before the status named the node's
+	// address; wait until the daemon has seen the status (its rejection) before reading the rules.
+	e.waitFor("the takeover Service rejected", func(rs string) bool {
+		return !strings.Contains(rs, `"`+testNS+"/"+takeover.Name+"/")
+	})
+	rs := e.ruleset()
+	for _, name := range []string{block.Name, takeover.Name} {
+		if strings.Contains(rs, `"`+testNS+"/"+name+"/") {
+			t.Errorf("rejected Service %s is programmed; ruleset:\n%s", name, rs)
+		}
+	}
+	if strings.Contains(rs, "10240-10260") {
+		t.Errorf("the block over the kubelet's port is programmed; ruleset:\n%s", rs)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
