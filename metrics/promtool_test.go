@@ -63,6 +63,15 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	}
 	h.ListenFailed(32000, errors.New("address in use"))
 	h.Listeners(2, 1)
+
+	d, err := NewDrift(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Suspected(DriftForeignChange)
+	if err := WatchHealth(reg, func() bool { return false }, func() bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	return reg
 }
 

@@ -262,3 +262,37 @@ func TestRunnerWaitsForReadySources(t *testing.T) {
 		t.Errorf("after ready: %d syncs (%d full), want exactly one full sync with the whole model", syncs, full)
 	}
 }
+
+// TestRunnerRepairsSuspectedDrift: with the default hour between full resyncs, a suspected
+// drift (what the nft.Watcher reports) makes the next sync read the kernel back and repair it.
+func TestRunnerRepairsSuspectedDrift(t *testing.T) {
+	fake := &locked{k: nft.NewFake()}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	rec := &recorder{}
+	r := NewRunner(newProxier(t, fake, tr, rec), RunConfig{MinSyncPeriod: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
+	r.Notify()
+	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
+	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+	<-r.Synced()
+
+	// Someone else deletes our table (nft flush ruleset).
+	tx := nft.NewTransaction(table4)
+	tx.Delete(&nft.TableObj{})
+	if _, err := fake.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	// A plain Notify trusts what was applied: nothing to send, nothing repaired.
+	r.Notify()
+	r.SuspectDrift()
+	waitFor(t, "the Service programmed again", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+	if _, failures, full, _ := rec.get(); full != 2 || failures != 0 {
+		t.Errorf("full syncs %d, failures %d: want the initial full sync and one repair", full, failures)
+	}
+}

@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
@@ -41,6 +42,8 @@ type Runner struct {
 	p    *Proxier
 	cfg  RunConfig
 	poke chan struct{}
+	// verify is set by SuspectDrift: the next sync reads the kernel back.
+	verify atomic.Bool
 	// synced is closed after the first successful sync.
 	synced chan struct{}
 
@@ -75,6 +78,16 @@ func (r *Runner) Notify() {
 	}
 }
 
+// SuspectDrift asks for a full sync soon: someone else changed our tables (an nft.Watcher saw
+// it), so the kernel is read back and repaired through the same path as the periodic full
+// resync (counted in the Observer's repairs). It never blocks; many calls before the sync make
+// one. The MinSyncPeriod still applies, so a writer that keeps flushing cannot make the loop
+// spin.
+func (r *Runner) SuspectDrift() {
+	r.verify.Store(true)
+	r.Notify()
+}
+
 // Synced is closed once the first sync has succeeded.
 func (r *Runner) Synced() <-chan struct{} { return r.synced }
 
@@ -102,6 +115,9 @@ func (r *Runner) Run(ctx context.Context) {
 		if r.cfg.Ready != nil && !r.cfg.Ready() {
 			resetTimer(timer, time.Hour) // a Notify wakes us
 			continue
+		}
+		if r.verify.Swap(false) {
+			needFull, pending = true, true
 		}
 		now := r.p.now()
 		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {

@@ -130,6 +130,13 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	rc := o.runConfig()
 	rc.Ready = src.Ready
 	runner = proxier.NewRunner(p, rc)
+	dm, err := metrics.NewDrift(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if o.DriftEvents {
+		defer watchDrift(ctx, log, kernel, builders, runner, dm, rc.FullSyncPeriod)()
+	}
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
 
