@@ -118,12 +118,21 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		PendingSince: tracker.PendingSince,
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
-		// An API server gone past the timeout fails /healthz (not /livez); the rules stay.
+		// Reported (body, nftproxy_source_up, log), never a 503: the rules keep serving, and
+		// load balancers must not drop every node because the control plane is away.
 		SourceFailingSince: src.FailingSince,
 		Now:                time.Now,
 		Served:             pm.Served,
 	}
-	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, Observer: hcm, Log: log.WithName("healthcheck")})
+	if nd, ok := src.(nodeDrainer); ok {
+		hs.NodeDraining = nd.NodeDraining
+	}
+	if err := metrics.WatchHealth(reg, hs.SourceUp, hs.NodeEligible); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	// Health-check node ports follow the rules' state only (hs.Healthy), on the
+	// --nodeport-addresses only, as kube-proxy's.
+	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()
 	opts.HealthCheck = hc
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, opts)
@@ -161,6 +170,13 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	<-done
 	log.Info("nftproxy stopped; the rules stay in the kernel (nftproxy cleanup removes them)")
 	return nil
+}
+
+// nodeDrainer is a source that knows whether this node is on its way out (the Kubernetes
+// source: the Node's deletionTimestamp and the cluster autoscaler's taint); /healthz fails
+// meanwhile. Manifest mode has no such Node.
+type nodeDrainer interface {
+	NodeDraining() string
 }
 
 // shutdownGrace bounds the exit after SIGTERM: the rules stay in the kernel whatever happens,

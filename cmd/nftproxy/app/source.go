@@ -21,8 +21,8 @@ type source interface {
 	Run(ctx context.Context, tracker *model.Tracker, notify func()) error
 	// Ready reports whether the initial state has been delivered (for /healthz).
 	Ready() bool
-	// FailingSince is when the source stopped answering (zero while it answers): an API server
-	// gone for longer than --healthz-timeout fails /healthz. Files never fail.
+	// FailingSince is when the source stopped answering (zero while it answers): reported by
+	// /healthz's body and nftproxy_source_up, never a failed probe. Files never fail.
 	FailingSince() time.Time
 	fmt.Stringer
 }
