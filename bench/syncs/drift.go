@@ -3,7 +3,7 @@ package syncs
 import (
 	"context"
 	"fmt"
-	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -46,6 +46,10 @@ type DriftResult struct {
 	Repairs       int
 	ElementsAfter int // elements of the table after the repair (equal to before it)
 	ElementsWant  int
+	// OneElement* are the same for one map element deleted by another netlink socket: the
+	// repair reads the whole table back to find it and sends one op.
+	OneElementDetect, OneElementRepair time.Duration
+	OneElementOps                      int
 }
 
 // driftObserver records the syncs of the runner under test.
@@ -182,8 +186,9 @@ func MeasureDrift(ctx context.Context, size, endpoints int, idle time.Duration) 
 	}
 
 	// Idle: nothing commits; the Watcher sleeps in recvmsg. The garbage of the syncs above is
-	// collected first, so the window holds only what watching costs.
-	runtime.GC()
+	// collected and its memory returned to the system first (else the runtime's background
+	// scavenger, not the Watcher, fills the window).
+	debug.FreeOSMemory()
 	time.Sleep(time.Second)
 	syncsBefore := obs.count()
 	u0, s0 := cpuTimes()
@@ -222,6 +227,38 @@ func MeasureDrift(ctx context.Context, size, endpoints int, idle time.Duration) 
 	for _, els := range got.Elements {
 		res.ElementsAfter += len(els)
 	}
+
+	// One element deleted by another writer.
+	els := got.Elements[ruleset.MapServiceIPs]
+	if len(els) == 0 {
+		return res, fmt.Errorf("no %s element to delete", ruleset.MapServiceIPs)
+	}
+	other, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		return res, err
+	}
+	defer other.Close()
+	del := nft.NewTransaction(b.Table())
+	del.Delete(&els[len(els)/2])
+	// Past the minimum sync period since the flush's repair, so the Runner does not hold the
+	// sync back (that wait is the rate limit, not detection).
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	seen = len(reports)
+	mu.Unlock()
+	from := obs.count()
+	start = time.Now()
+	if _, err := other.Apply(ctx, del); err != nil {
+		return res, fmt.Errorf("delete one element: %w", err)
+	}
+	rep, _, err = obs.waitSync(from, 10*time.Minute, func(s driftSync) bool { return s.err == nil && s.res.Repairs > 0 })
+	if err != nil {
+		return res, fmt.Errorf("repair after one deleted element: %w", err)
+	}
+	mu.Lock()
+	detected = reports[seen]
+	mu.Unlock()
+	res.OneElementDetect, res.OneElementRepair, res.OneElementOps = detected.Sub(start), rep.at.Sub(detected), rep.res.Ops
 	return res, nil
 }
 
@@ -250,11 +287,13 @@ func (r DriftResult) String() string {
   the same sync with no event listener: %v (kernel %v)
   idle %v: process CPU %v (%.4f%% of one core)
   nft flush ruleset: command %v; detected %v after its start; repaired %v after detection (full sync: %d ops, kernel %v, %d objects counted as drift); total %v
-  elements before %d, after repair %d`,
+  elements before %d, after repair %d
+  one map element deleted by another socket: detected %v after the commit started; repaired %v after detection (%d ops)`,
 		r.Services, r.FirstSync.Round(time.Millisecond), r.FirstSyncKernel.Round(time.Millisecond), r.Overflows, r.VerifyAfterFirst.Round(time.Millisecond),
 		r.PlainSync.Round(time.Millisecond), r.PlainSyncKernel.Round(time.Millisecond),
 		r.Idle, r.IdleCPU, 100*r.IdleCPU.Seconds()/r.Idle.Seconds(),
 		r.Flush.Round(time.Millisecond), r.Detect.Round(time.Millisecond), r.Repair.Round(time.Millisecond), r.RepairOps,
 		r.RepairKernel.Round(time.Millisecond), r.Repairs, r.Total.Round(time.Millisecond),
-		r.ElementsWant, r.ElementsAfter)
+		r.ElementsWant, r.ElementsAfter,
+		r.OneElementDetect.Round(time.Microsecond), r.OneElementRepair.Round(time.Millisecond), r.OneElementOps)
 }
