@@ -69,6 +69,15 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 		t.Fatal(err)
 	}
 	src.Failing("manifests", errors.New("directory missing"))
+	src.Follow("apiserver", func() bool { return true })
+	d, err := NewDrift(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Suspected(DriftForeignChange)
+	if err := WatchHealth(reg, func() bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	return reg
 }
 

@@ -28,13 +28,44 @@ func TestSourceMetrics(t *testing.T) {
 		if i > 0 {
 			m.Failing("manifests", s.err)
 		}
-		up := testutil.ToFloat64(m.up.WithLabelValues("manifests"))
+		up := sourceUp(t, reg, "manifests")
 		failures := testutil.ToFloat64(m.failures.WithLabelValues("manifests"))
 		if up != s.up || failures != s.failures {
 			t.Errorf("%s: up %v, failures %v; want %v, %v", s.name, up, failures, s.up, s.failures)
 		}
 	}
+	apiUp := false
+	m.Follow("apiserver", func() bool { return apiUp })
+	if got := sourceUp(t, reg, "apiserver"); got != 0 {
+		t.Errorf("followed source down: up %v, want 0", got)
+	}
+	apiUp = true
+	if got := sourceUp(t, reg, "apiserver"); got != 1 {
+		t.Errorf("followed source up: up %v, want 1", got)
+	}
 	if _, err := NewSource(reg, "manifests"); err == nil {
 		t.Error("registering twice succeeded; want an error")
 	}
+}
+
+// sourceUp gathers reg and returns nftproxy_source_up{source}, -1 when absent.
+func sourceUp(t *testing.T, reg prometheus.Gatherer, source string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != SourceUp {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == source {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }

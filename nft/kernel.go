@@ -33,7 +33,8 @@ var _ Interface = (*Kernel)(nil)
 type KernelOption func(*kernelConfig)
 
 type kernelConfig struct {
-	netnsFD int
+	netnsFD     int
+	watchBuffer int // NewWatcher only
 }
 
 // WithNetNS programs the network namespace open at fd (e.g. /proc/<pid>/ns/net) instead of the

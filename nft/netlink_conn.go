@@ -133,6 +133,7 @@ type nlMsg struct {
 	typ   uint16
 	flags uint16
 	seq   uint32
+	pid   uint32 // the sender's port ID; in an event, the port of the socket that committed
 	data  []byte // after the 16-byte header
 }
 
@@ -147,6 +148,7 @@ func nlParseMsgs(b []byte) ([]nlMsg, error) {
 			typ:   binary.NativeEndian.Uint16(b[4:6]),
 			flags: binary.NativeEndian.Uint16(b[6:8]),
 			seq:   binary.NativeEndian.Uint32(b[8:12]),
+			pid:   binary.NativeEndian.Uint32(b[12:16]),
 			data:  append([]byte(nil), b[nlMsgHdrLen:n]...),
 		})
 		a := nlAlign(n)

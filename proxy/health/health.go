@@ -1,7 +1,17 @@
-// Package health serves /healthz and /livez with kube-proxy's semantics: /healthz fails while a
-// change waits too long to be programmed (or syncs keep failing, or none has succeeded yet);
-// /livez answers whether the sync loop itself is alive (no change waiting, no failures, past the
-// timeout), ignoring source readiness and the first sync.
+// Package health serves /healthz and /livez with kube-proxy's semantics. Both follow the rules'
+// staleness, never the API server's reachability: cloud load balancers probe /healthz and the
+// health-check node ports follow the same verdict, so an unreachable control plane would
+// otherwise take every node out of every load balancer at once while the rules keep working.
+//
+//   - /healthz fails while a change waits too long to be programmed, syncs keep failing, none has
+//     succeeded yet, or the Node is being deleted or tainted ToBeDeletedByClusterAutoscaler
+//     (KEP-3836: load balancers drain the node before it goes).
+//   - /livez answers whether the sync loop itself is alive (no change waiting, no failures, past
+//     the timeout), ignoring source readiness, the first sync and the Node.
+//   - Healthy (the health-check node ports) is /healthz without the Node, as kube-proxy's
+//     IsHealthy: a draining node's local endpoints leave by themselves.
+//
+// The source's failure is reported (the JSON body, a metric, the log), never a 503.
 package health
 
 import (
@@ -20,10 +30,15 @@ type State struct {
 	PendingSince func() time.Time
 	// Ready is false until the sources have delivered their initial state.
 	Ready func() bool
-	// SourceFailingSince, when set, is when the source (the API server) stopped answering, zero
-	// while it answers. /healthz fails once that lasts longer than Timeout; /livez does not
-	// (restarting the proxy would not bring the API server back).
+	// SourceFailingSince, when set, is when the source (the API server, the manifest directory)
+	// stopped answering, zero while it answers. It is reported in the body
+	// (sourceFailingSince) and never fails a probe: the rules stay as they are and keep
+	// serving, and a control-plane outage must not become a data-plane outage.
 	SourceFailingSince func() time.Time
+	// NodeDraining, when set, says why this node should receive no new traffic ("" while it
+	// should): its Node is being deleted or is tainted ToBeDeletedByClusterAutoscaler. /healthz
+	// fails meanwhile, as kube-proxy's; /livez and Healthy do not.
+	NodeDraining func() string
 	// Timeout is how long a change may wait, or failures last, before /healthz fails.
 	Timeout time.Duration
 	Now     func() time.Time
@@ -37,36 +52,65 @@ type report struct {
 	CurrentTime string `json:"currentTime"`
 	Healthy     bool   `json:"nodeHealthy"`
 	Reason      string `json:"reason,omitempty"`
+	// NodeEligible is kube-proxy's field: false while the Node is being deleted or drained.
+	NodeEligible bool `json:"nodeEligible"`
+	// SourceFailingSince is when the source stopped answering (absent while it answers).
+	SourceFailingSince string `json:"sourceFailingSince,omitempty"`
 }
 
-// healthy decides /healthz; livez ignores source readiness (a node cut off from the API server
-// is not dead).
-func (s *State) healthy(livez bool) (bool, string) {
+// probe names a verdict.
+type probe int
+
+const (
+	probeHealthz  probe = iota // /healthz
+	probeLivez                 // /livez
+	probeServices              // the health-check node ports (Healthy)
+)
+
+// healthy decides a probe. /livez ignores source readiness and the first sync (a node cut off
+// from the API server is not dead); only /healthz follows the Node.
+func (s *State) healthy(p probe) (bool, string) {
 	now := s.Now()
 	last := s.LastSuccess()
 	switch {
-	case !livez && s.Ready != nil && !s.Ready():
+	case p != probeLivez && s.Ready != nil && !s.Ready():
 		return false, "sources have not delivered their initial state"
-	case !livez && last.IsZero():
+	case p != probeLivez && last.IsZero():
 		// Not ready before the first sync; but alive: an API server that is down when the node
 		// boots must not make the kubelet restart the proxy in a loop.
 		return false, "no sync has succeeded yet"
 	case !s.FailingSince().IsZero() && now.Sub(s.FailingSince()) > s.Timeout:
 		return false, "syncs have been failing since " + s.FailingSince().UTC().Format(time.RFC3339)
-	case !livez && s.SourceFailingSince != nil && !s.SourceFailingSince().IsZero() && now.Sub(s.SourceFailingSince()) > s.Timeout:
-		return false, "the API server has not answered since " + s.SourceFailingSince().UTC().Format(time.RFC3339) + "; the rules stay as they are"
 	case !s.PendingSince().IsZero() && now.Sub(s.PendingSince()) > s.Timeout:
 		return false, "a change has waited since " + s.PendingSince().UTC().Format(time.RFC3339)
+	}
+	if p == probeHealthz {
+		if why := s.draining(); why != "" {
+			return false, why
+		}
 	}
 	return true, ""
 }
 
-func (s *State) handler(livez bool) http.HandlerFunc {
+func (s *State) draining() string {
+	if s.NodeDraining == nil {
+		return ""
+	}
+	return s.NodeDraining()
+}
+
+func (s *State) handler(p probe) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ok, reason := s.healthy(livez)
-		rep := report{CurrentTime: s.Now().UTC().Format(time.RFC3339Nano), Healthy: ok, Reason: reason}
+		ok, reason := s.healthy(p)
+		rep := report{CurrentTime: s.Now().UTC().Format(time.RFC3339Nano), Healthy: ok, Reason: reason,
+			NodeEligible: s.draining() == ""}
 		if t := s.LastSuccess(); !t.IsZero() {
 			rep.LastUpdated = t.UTC().Format(time.RFC3339Nano)
+		}
+		if s.SourceFailingSince != nil {
+			if t := s.SourceFailingSince(); !t.IsZero() {
+				rep.SourceFailingSince = t.UTC().Format(time.RFC3339Nano)
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -82,15 +126,25 @@ func (s *State) handler(livez bool) http.HandlerFunc {
 	}
 }
 
-// Healthy is /healthz's verdict; the health-check node ports answer 503 while it is false, so
-// load balancers move away from a node whose rules may be stale.
+// Healthy is the health-check node ports' verdict: /healthz's without the Node (kube-proxy's
+// IsHealthy). The ports answer 503 while it is false, so load balancers move away from a node
+// whose rules may be stale; never because the API server is unreachable.
 func (s *State) Healthy() bool {
-	ok, _ := s.healthy(false)
+	ok, _ := s.healthy(probeServices)
 	return ok
 }
 
+// SourceUp reports whether the source answers (for the nftproxy_source_up metric).
+func (s *State) SourceUp() bool {
+	return s.SourceFailingSince == nil || s.SourceFailingSince().IsZero()
+}
+
+// NodeEligible reports whether the Node may receive traffic (for the nftproxy_node_eligible
+// metric).
+func (s *State) NodeEligible() bool { return s.draining() == "" }
+
 // Register adds /healthz and /livez to mux.
 func (s *State) Register(mux *http.ServeMux) {
-	mux.HandleFunc("/healthz", s.handler(false))
-	mux.HandleFunc("/livez", s.handler(true))
+	mux.HandleFunc("/healthz", s.handler(probeHealthz))
+	mux.HandleFunc("/livez", s.handler(probeLivez))
 }

@@ -43,12 +43,20 @@ type Observer interface {
 
 // Config configures a Server.
 type Config struct {
-	// Addresses are the node addresses each port is opened on (kube-proxy uses the NodePort
-	// addresses). Empty: every address of the node (one wildcard listener per port).
+	// Addresses, when set, are the exact addresses each port is opened on.
 	Addresses []netip.Addr
-	// Healthy reports whether the proxy itself is healthy (its /healthz). While it is false every
-	// Service answers 503, so load balancers move away from a node whose rules may be stale.
-	// Nil: always healthy.
+	// NodePortCIDRs (--nodeport-addresses), when Addresses is empty: each port is opened on every
+	// address of the node inside them, as kube-proxy does, and nowhere else; the node's
+	// addresses are read when a port is opened. Both empty: one wildcard listener per port.
+	NodePortCIDRs []netip.Prefix
+	// LocalAddrs lists the node's addresses for NodePortCIDRs; nil reads the interfaces
+	// (net.InterfaceAddrs). Tests replace it.
+	LocalAddrs func() ([]netip.Addr, error)
+	// Healthy reports whether the proxy's rules are current (sync staleness, kube-proxy's
+	// IsHealthy). While it is false every Service answers 503, so load balancers move away from
+	// a node whose rules may be stale. It does not follow the API server's reachability (an
+	// unreachable control plane must not drain every node at once) nor the node's deletion (a
+	// draining node's local endpoints go away by themselves). Nil: always healthy.
 	Healthy func() bool
 	// Observer, when set, receives bind failures and listener counts.
 	Observer Observer
@@ -142,14 +150,65 @@ func (s *Server) Update(svcs map[model.ServiceKey]Info) error {
 	return errors.Join(errs...)
 }
 
+// hosts are the addresses a port is opened on ("" is the wildcard).
+func (s *Server) hosts() ([]string, error) {
+	addrs := s.cfg.Addresses
+	if len(addrs) == 0 && len(s.cfg.NodePortCIDRs) > 0 {
+		local := s.cfg.LocalAddrs
+		if local == nil {
+			local = interfaceAddrs
+		}
+		all, err := local()
+		if err != nil {
+			return nil, fmt.Errorf("list the node's addresses for --nodeport-addresses: %w", err)
+		}
+		for _, a := range all {
+			for _, p := range s.cfg.NodePortCIDRs {
+				if p.Contains(a) && !a.IsLinkLocalUnicast() {
+					addrs = append(addrs, a)
+					break
+				}
+			}
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("no address of this node is inside --nodeport-addresses %v", s.cfg.NodePortCIDRs)
+		}
+	}
+	if len(addrs) == 0 {
+		return []string{""}, nil
+	}
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, a.String())
+	}
+	return out, nil
+}
+
+// interfaceAddrs is every address of the node's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifAddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ia := range ifAddrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
 // listen opens svc's port on every configured address, all or none.
 func (s *Server) listen(svc *service) error {
-	hosts := []string{""}
-	if len(s.cfg.Addresses) > 0 {
-		hosts = hosts[:0]
-		for _, a := range s.cfg.Addresses {
-			hosts = append(hosts, a.String())
-		}
+	hosts, err := s.hosts()
+	if err != nil {
+		s.mu.Lock()
+		svc.failed = err
+		s.mu.Unlock()
+		return fmt.Errorf("health check for Service %s on port %d: %w", svc.key, svc.port, err)
 	}
 	var lns []net.Listener
 	for _, h := range hosts {

@@ -259,3 +259,41 @@ func TestFromSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// TestBindsOnlyNodePortAddresses: with --nodeport-addresses, a health-check node port is opened
+// on the node's addresses inside those CIDRs and nowhere else (kube-proxy's behaviour), not on
+// the wildcard address.
+func TestBindsOnlyNodePortAddresses(t *testing.T) {
+	ports := freePorts(t, 1)
+	local := func() ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("192.0.2.1")}, nil
+	}
+	s := New(Config{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("198.51.100.0/24")},
+		LocalAddrs: local, Log: logr.Discard()})
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Update(map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("[127.0.0.2:%d]", ports[0])
+	if got := fmt.Sprint(s.Addrs(web)); got != want {
+		t.Errorf("listens on %s, want %s", got, want)
+	}
+	if got := get(ports[0], "/"); !refused(got) {
+		t.Errorf("GET 127.0.0.1:%d (outside --nodeport-addresses): got %+v, want connection refused", ports[0], got)
+	}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.2:%d/", ports[0]))
+	if err != nil {
+		t.Fatalf("GET 127.0.0.2:%d: %v", ports[0], err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET 127.0.0.2:%d: %d, want 200", ports[0], resp.StatusCode)
+	}
+
+	// No node address inside the CIDRs: the port is not opened, and the error says why.
+	none := New(Config{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, LocalAddrs: local, Log: logr.Discard()})
+	t.Cleanup(func() { _ = none.Close() })
+	if err := none.Update(map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil || !strings.Contains(err.Error(), "--nodeport-addresses") {
+		t.Errorf("no address in the CIDRs: Update error %v, want one naming --nodeport-addresses", err)
+	}
+}

@@ -73,6 +73,7 @@ type Source struct {
 	// scan is poked (never blocks) after each change, for the rejection scanner.
 	scan  chan struct{}
 	reach reachability
+	drain draining
 }
 
 // New checks cfg and returns a Source that has not started yet.
@@ -130,6 +131,11 @@ func (s *Source) String() string {
 // to the Tracker; until then the daemon does not sync (a restart must not blank the ruleset).
 func (s *Source) Ready() bool { return s.ready.Load() }
 
+// NodeDraining says why this node should receive no new traffic ("" if it should): its Node is
+// being deleted or tainted ToBeDeletedByClusterAutoscaler. The daemon's /healthz fails
+// meanwhile, as kube-proxy's.
+func (s *Source) NodeDraining() string { return s.drain.get() }
+
 // FailingSince is when the API server stopped answering (zero while it answers): the daemon's
 // /healthz fails once that lasts longer than its timeout, while the rules keep serving.
 func (s *Source) FailingSince() time.Time { return s.reach.since() }
@@ -181,7 +187,7 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 			return sliceInf.AddEventHandler(sliceHandler(tracker, changed))
 		},
 		func() (cache.ResourceEventHandlerRegistration, error) {
-			return nodeInf.AddEventHandler(nodeHandler(tracker, changed))
+			return nodeInf.AddEventHandler(nodeHandler(tracker, changed, func(n *corev1.Node, deleted bool) { s.drain.set(n, deleted, log) }))
 		},
 	} {
 		reg, err := add()
@@ -318,9 +324,11 @@ func sliceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler 
 	}
 }
 
-func nodeHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler {
+// nodeHandler feeds this node's Node to the tracker, and to seen (deleted: the object is gone).
+func nodeHandler(tr *model.Tracker, changed func(), seen func(n *corev1.Node, deleted bool)) cache.ResourceEventHandler {
 	upsert := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok {
+			seen(n, false)
 			tr.UpsertNode(n)
 			changed()
 		}
@@ -330,6 +338,7 @@ func nodeHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler {
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
 			if n, ok := tombstone(obj).(*corev1.Node); ok {
+				seen(n, true)
 				tr.DeleteNode(n.Name)
 				changed()
 			}

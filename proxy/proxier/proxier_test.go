@@ -262,3 +262,93 @@ func TestRunnerWaitsForReadySources(t *testing.T) {
 		t.Errorf("after ready: %d syncs (%d full), want exactly one full sync with the whole model", syncs, full)
 	}
 }
+
+// TestRunnerRepairsSuspectedDrift: with the default hour between full resyncs, a suspected
+// drift (what the nft.Watcher reports) makes the next sync read the kernel back and repair it.
+func TestRunnerRepairsSuspectedDrift(t *testing.T) {
+	fake := &locked{k: nft.NewFake()}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	rec := &recorder{}
+	r := NewRunner(newProxier(t, fake, tr, rec), RunConfig{MinSyncPeriod: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
+	r.Notify()
+	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
+	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+	<-r.Synced()
+
+	// Someone else deletes our table (nft flush ruleset).
+	tx := nft.NewTransaction(table4)
+	tx.Delete(&nft.TableObj{})
+	if _, err := fake.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	// A plain Notify trusts what was applied: nothing to send, nothing repaired.
+	r.Notify()
+	r.SuspectDrift()
+	waitFor(t, "the Service programmed again", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+	if _, failures, full, _ := rec.get(); full != 2 || failures != 0 {
+		t.Errorf("full syncs %d, failures %d: want the initial full sync and one repair", full, failures)
+	}
+	// The same again at once: this verification is spaced out after the last repair, and
+	// must still come.
+	if _, err := fake.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	r.SuspectDrift()
+	waitFor(t, "the Service programmed again after a second drift", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+}
+
+// TestDriftFightSpacesRepairs: a repair after a quiet spell runs at once; when another writer
+// keeps undoing them, each further verification waits twice as long after the last repair, up
+// to the cap; a verification that finds nothing, or a quiet spell, ends the streak.
+func TestDriftFightSpacesRepairs(t *testing.T) {
+	const minD, maxD = time.Second, 8 * time.Second
+	t0 := time.Unix(1_800_000_000, 0)
+	var d driftFight
+	if d.due(t0, minD, maxD) {
+		t.Fatal("due without a suspicion")
+	}
+	// (suspected at, repairs found, want due at once, wait before due)
+	steps := []struct {
+		at      time.Duration
+		repairs int
+		now     bool
+		wait    time.Duration
+	}{
+		{0, 5, true, 0},
+		{100 * time.Millisecond, 5, false, 2 * time.Second},
+		{2100 * time.Millisecond, 5, false, 4 * time.Second},
+		{6100 * time.Millisecond, 5, false, 8 * time.Second},
+		{14100 * time.Millisecond, 5, false, 8 * time.Second}, // capped
+		{22100 * time.Millisecond, 0, false, 8 * time.Second}, // found nothing: streak ends
+		{22200 * time.Millisecond, 1, true, 0},
+		{40 * time.Second, 1, true, 0}, // a quiet spell longer than the cap: at once
+	}
+	last := t0
+	for i, st := range steps {
+		now := t0.Add(st.at)
+		d.suspect(now, maxD)
+		if got := d.due(now, minD, maxD); got != st.now {
+			t.Fatalf("step %d: due at once = %v, want %v (streak %d)", i, got, st.now, d.streak)
+		}
+		if !st.now {
+			if got, want := d.wake(now, minD, maxD), last.Add(st.wait).Sub(now); got != want {
+				t.Fatalf("step %d: wakes in %v, want %v", i, got, want)
+			}
+			now = last.Add(st.wait)
+			if !d.due(now, minD, maxD) {
+				t.Fatalf("step %d: not due at %v after the last repair", i, st.wait)
+			}
+		}
+		d.repaired(st.repairs, now)
+		if st.repairs > 0 {
+			last = now
+		}
+	}
+}

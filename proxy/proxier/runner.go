@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
@@ -41,6 +42,8 @@ type Runner struct {
 	p    *Proxier
 	cfg  RunConfig
 	poke chan struct{}
+	// verify is set by SuspectDrift: the next sync reads the kernel back.
+	verify atomic.Bool
 	// synced is closed after the first successful sync.
 	synced chan struct{}
 
@@ -75,6 +78,16 @@ func (r *Runner) Notify() {
 	}
 }
 
+// SuspectDrift asks for a full sync soon: someone else changed our tables (an nft.Watcher saw
+// it), so the kernel is read back and repaired through the same path as the periodic full
+// resync (counted in the Observer's repairs). It never blocks; many calls before the sync make
+// one. The MinSyncPeriod still applies, so a writer that keeps flushing cannot make the loop
+// spin.
+func (r *Runner) SuspectDrift() {
+	r.verify.Store(true)
+	r.Notify()
+}
+
 // Synced is closed once the first sync has succeeded.
 func (r *Runner) Synced() <-chan struct{} { return r.synced }
 
@@ -89,6 +102,7 @@ func (r *Runner) Run(ctx context.Context) {
 		pending   = true
 		timer     = time.NewTimer(0)
 		firstDone bool
+		drift     driftFight
 	)
 	defer timer.Stop()
 	for {
@@ -104,6 +118,12 @@ func (r *Runner) Run(ctx context.Context) {
 			continue
 		}
 		now := r.p.now()
+		if r.verify.Swap(false) {
+			drift.suspect(now, r.cfg.MaxBackoff)
+		}
+		if drift.due(now, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff) {
+			needFull, pending = true, true
+		}
 		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {
 			needFull, pending = true, true
 		}
@@ -115,11 +135,15 @@ func (r *Runner) Run(ctx context.Context) {
 			wait = backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff) - now.Sub(lastSync)
 		}
 		if !pending || wait > 0 {
-			resetTimer(timer, r.nextWake(pending, wait, now, lastFull))
+			resetTimer(timer, min(r.nextWake(pending, wait, now, lastFull), drift.wake(now, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff)))
 			continue
 		}
-		_, err := r.p.Sync(ctx, needFull)
+		res, err := r.p.Sync(ctx, needFull)
 		lastSync = r.p.now()
+		if err == nil && needFull && drift.repaired(res.Repairs, lastSync) {
+			r.p.log.Info("another writer keeps changing nftproxy's tables: each repair is undone; drift repairs are spaced out until it stops (check firewall managers, a second proxy, scripts)",
+				"repairsInARow", drift.streak, "nextRepairAfter", drift.delay(r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+		}
 		r.mu.Lock()
 		r.status = Status{LastSuccess: r.p.LastSuccess(), FailingSince: r.p.FailingSince()}
 		r.mu.Unlock()
@@ -144,12 +168,73 @@ func (r *Runner) Run(ctx context.Context) {
 			firstDone = true
 			close(r.synced)
 		}
-		next := r.nextWake(false, 0, lastSync, lastFull)
+		next := min(r.nextWake(false, 0, lastSync, lastFull), drift.wake(lastSync, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
 		if r.p.PendingCleanup() {
 			next = min(next, reconciler.StaleChainDelay)
 		}
 		resetTimer(timer, next)
 	}
+}
+
+// driftFight spaces out repairs when another writer keeps undoing them (a firewall manager
+// reloading in a loop, a second proxy with other settings): without it, each side's commit
+// would start the other's full sync at once, forever. A repair after a quiet spell runs at
+// once; each further one within maxDelay of the last waits twice as long after it, up to
+// maxDelay. Ordinary changes are synced meanwhile (partial syncs); only the verification waits.
+type driftFight struct {
+	streak     int       // repairs in a row, each within maxDelay of the previous
+	lastRepair time.Time // when the last one was committed
+	suspected  bool      // SuspectDrift was called; the verification is not started yet
+	verifying  bool      // the pending full sync is that verification
+}
+
+// suspect records a suspicion; a streak older than maxDelay is forgotten.
+func (d *driftFight) suspect(now time.Time, maxDelay time.Duration) {
+	d.suspected = true
+	if d.streak > 0 && now.Sub(d.lastRepair) > maxDelay {
+		d.streak = 0
+	}
+}
+
+// delay is the least time between the last repair and the next verification.
+func (d *driftFight) delay(minDelay, maxDelay time.Duration) time.Duration {
+	if d.streak == 0 {
+		return 0
+	}
+	return backoff(d.streak+1, minDelay, maxDelay)
+}
+
+// due reports whether a suspected drift may be verified now (and marks it started).
+func (d *driftFight) due(now time.Time, minDelay, maxDelay time.Duration) bool {
+	if !d.suspected || now.Sub(d.lastRepair) < d.delay(minDelay, maxDelay) {
+		return false
+	}
+	d.suspected, d.verifying = false, true
+	return true
+}
+
+// wake is how long until a suspected drift becomes due (an hour if none is waiting).
+func (d *driftFight) wake(now time.Time, minDelay, maxDelay time.Duration) time.Duration {
+	if !d.suspected {
+		return time.Hour
+	}
+	return max(d.delay(minDelay, maxDelay)-now.Sub(d.lastRepair), time.Millisecond)
+}
+
+// repaired records the result of a successful full sync; it reports true when the streak just
+// reached the point worth a log line (the third repair in a row).
+func (d *driftFight) repaired(repairs int, now time.Time) bool {
+	if !d.verifying {
+		return false
+	}
+	d.verifying = false
+	if repairs == 0 {
+		d.streak = 0
+		return false
+	}
+	d.streak++
+	d.lastRepair = now
+	return d.streak == 3
 }
 
 // nextWake is how long to sleep: until a pending sync may run, or until the next full resync.

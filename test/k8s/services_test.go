@@ -219,38 +219,6 @@ func summary(d []time.Duration) string {
 	return "min " + r(s[0]) + ", median " + r(s[len(s)/2]) + ", max " + r(s[len(s)-1])
 }
 
-// TestAPIServerOutage stops the API server under a running daemon: the programmed rules keep
-// serving, /healthz fails once the outage outlasts --healthz-timeout while /livez stays up, and
-// once it is back, health recovers and a change made then is programmed (the informers re-list).
-func TestAPIServerOutage(t *testing.T) {
-	e := newEnv(t, map[string]string{"healthz-timeout": "3s"})
-	web := svc{name: "web", ip: 50, pods: []int{1}}
-	e.createService(web)
-	e.waitFor("web with its endpoint", func(rs string) bool { return chainHasOnly(rs, web, web.pods) })
-
-	if err := e.c.Stop(); err != nil {
-		// Killed after its grace period (open watches keep it busy): down all the same.
-		t.Logf("stop API server: %v", err)
-	}
-	if e.c.Running() {
-		t.Fatal("API server still running after Stop")
-	}
-	e.probe(web, 1)
-	e.waitHealth("/healthz degraded during the outage", "/healthz", " 503 ")
-	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
-		t.Errorf("/livez during the outage: %q, want 200 (restarting the proxy would not help)", got)
-	}
-	e.probe(web, 1)
-	if err := e.c.Restart(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.waitHealth("/healthz recovered after the outage", "/healthz", " 200 ")
-	e.probe(web, 1)
-	e.setEndpoints(web, 2)
-	e.waitFor("web moved to pod-2 after the outage", func(rs string) bool { return chainHasOnly(rs, web, []int{2}) })
-	e.probe(web, 2)
-}
-
 // waitHealth polls a health endpoint (bounded) until its status line contains want.
 func (e *env) waitHealth(what, path, want string) {
 	e.t.Helper()

@@ -78,6 +78,8 @@ func drifts() []drift {
 // TestDrift edits the daemon's tables behind its back while it serves, the way an operator
 // could, and measures how long the periodic full resync takes to put them back exactly and
 // what nftproxy_drift_repairs_total counted. Someone else's table stays byte for byte the same.
+// The daemon runs with --drift-events=false, so only the periodic resync repairs
+// (TestDriftFoundByEvents covers the events).
 func TestDrift(t *testing.T) {
 	const scenario = "2 drift"
 	e := newEnv(t, lab.Options{Pods: 2}, 3*time.Minute)
@@ -87,7 +89,7 @@ func TestDrift(t *testing.T) {
 	}
 	otherBefore := e.otherTable()
 	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress,
-		"--min-sync-period", "50ms", "--full-sync-period", run.fullSync.String())
+		"--min-sync-period", "50ms", "--full-sync-period", run.fullSync.String(), "--drift-events=false")
 	e.waitSynced(d, 30*time.Second)
 	want := e.desiredState()
 	if _, diff := e.waitState(want, 15*time.Second); diff != "" {
@@ -164,6 +166,92 @@ func TestDrift(t *testing.T) {
 		t.Errorf("tables in the node: %s; want ip nftproxy, ip6 nftproxy and inet other only", tables)
 	}
 	report.add(t, scenario, "table inet other", "identical byte for byte after every drift and repair")
+	d.checkHealthy(t)
+}
+
+// TestDriftFoundByEvents runs the daemon with the default --full-sync-period (an hour: no
+// periodic resync happens during the test). It learns of every foreign change to its tables
+// from nftables events and repairs it within a bounded wait; a change to another writer's table
+// starts no verification.
+func TestDriftFoundByEvents(t *testing.T) {
+	const scenario = "2b drift found by events"
+	e := newEnv(t, lab.Options{Pods: 2}, 3*time.Minute)
+	e.write(driftServices()...)
+	if err := e.lab.NftApply(otherTable); err != nil {
+		t.Fatal(err)
+	}
+	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress, "--min-sync-period", "50ms")
+	e.waitSynced(d, 30*time.Second)
+	want := e.desiredState()
+	if _, diff := e.waitState(want, 15*time.Second); diff != "" {
+		t.Fatalf("before any drift: kernel state differs from the rendered manifests: %s", diff)
+	}
+	e.checkServing("before any drift")
+
+	// Another table changes, then one of our elements goes: only the second is suspected
+	// (events arrive in commit order, so once the second is repaired the first was seen).
+	const suspected = `nftproxy_drift_suspected_total{cause="foreign_change"}`
+	const fulls = `nftproxy_sync_duration_seconds_count{kind="full"}`
+	m0, err := e.scrape(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.lab.NftApply("add element inet other blocked { 198.18.99.2 }\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.lab.NftApply(fmt.Sprintf("delete element ip nftproxy service-ips { %s . tcp . 80 }\n", lab.ClusterIPv4(4))); err != nil {
+		t.Fatal(err)
+	}
+	limit := 30 * time.Second // generous: a bound for a broken daemon, not a timing target
+	took, diff := e.waitState(want, limit)
+	if diff != "" {
+		t.Fatalf("deleted element not repaired after %v (the full-sync period is an hour): %s", limit, diff)
+	}
+	var m1 sample
+	_ = e.poll(5*time.Second, func() (bool, error) {
+		var err error
+		m1, err = e.scrape(d)
+		return err == nil && delta(m0, m1, "nftproxy_drift_repairs_total") > 0, err
+	})
+	if n := delta(m0, m1, suspected); n != 1 {
+		t.Errorf("%s rose by %.0f for one change to another table and one to ours; want 1", suspected, n)
+	}
+	if n := delta(m0, m1, fulls); n != 1 {
+		t.Errorf("%.0f full syncs for one change to ours; want 1", n)
+	}
+	report.add(t, scenario, "another table changed, then one of our elements deleted", "repaired in %v; suspected +%.0f, full syncs +%.0f, repairs +%.0f",
+		took.Round(time.Millisecond), delta(m0, m1, suspected), delta(m0, m1, fulls), delta(m0, m1, "nftproxy_drift_repairs_total"))
+
+	for _, dr := range drifts() {
+		ipTable, err := e.lab.Nft("list", "table", "ip", "nftproxy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := e.scrape(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.lab.NftApply(dr.script(t, ipTable)); err != nil {
+			t.Fatalf("%s: %v", dr.name, err)
+		}
+		took, diff := e.waitState(want, limit)
+		if diff != "" {
+			t.Errorf("%s: not repaired after %v with the default full-sync period: %s", dr.name, limit, diff)
+			continue
+		}
+		var after sample
+		_ = e.poll(5*time.Second, func() (bool, error) {
+			var err error
+			after, err = e.scrape(d)
+			return err == nil && delta(before, after, "nftproxy_drift_repairs_total") > 0, err
+		})
+		report.add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f",
+			took.Round(time.Millisecond), delta(before, after, "nftproxy_drift_repairs_total"))
+		if delta(before, after, "nftproxy_drift_repairs_total") == 0 {
+			t.Errorf("%s: repaired, but nftproxy_drift_repairs_total did not count it", dr.name)
+		}
+		e.checkServing("after repairing: " + dr.name)
+	}
 	d.checkHealthy(t)
 }
 

@@ -46,7 +46,10 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	const scenario = "6 kernel errors"
 	e := newEnv(t, lab.Options{Pods: 2}, 3*time.Minute)
 	e.write(kernelServices()...)
-	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress, "--min-sync-period", "50ms")
+	// Without drift events: the scenarios are the kernel refusing our commits and the retries.
+	// With them, the foreign set of conflictingSet would be removed as drift before the partial
+	// sync that collides with it (TestDriftFoundByEvents covers that path).
+	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress, "--min-sync-period", "50ms", "--drift-events=false")
 	e.waitSynced(d, 30*time.Second)
 	if _, diff := e.waitState(e.desiredState(), 15*time.Second); diff != "" {
 		t.Fatalf("before the failure: %s", diff)

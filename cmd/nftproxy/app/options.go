@@ -37,6 +37,7 @@ type Options struct {
 	DropBit        int
 	MinSyncPeriod  time.Duration
 	FullSyncPeriod time.Duration
+	DriftEvents    bool
 	HealthzAddress string
 	MetricsAddress string
 	HealthzTimeout time.Duration
@@ -102,9 +103,10 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", time.Second, "least time between two syncs; changes arriving faster are coalesced")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
+	fs.BoolVar(&o.DriftEvents, "drift-events", true, "watch nftables events and repair another process's changes to our tables (nft flush ruleset, a deleted element) at once, not only at the next --full-sync-period; changes to other tables are ignored")
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics; empty disables it")
-	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz fails when a change has waited this long without being programmed")
+	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
 	fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: directory where assigned node ports are kept, so they survive restarts (e.g. /var/lib/nftproxy); empty keeps them in memory only")
 }
 

@@ -98,7 +98,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	var sources []string // the API server source does not report here (yet)
+	var sources []string // the API server's state is followed below, from the health state
 	if o.Manifests != "" {
 		sources = append(sources, manifestSourceLabel)
 	}
@@ -133,19 +133,39 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		PendingSince: tracker.PendingSince,
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
-		// A source that cannot be read (API server, manifest directory): reported by /healthz;
-		// the rules stay.
+		// Reported (body, nftproxy_source_up, log), never a 503: the rules keep serving, and
+		// load balancers must not drop every node because the control plane is away.
 		SourceFailingSince: src.FailingSince,
 		Now:                time.Now,
 		Served:             pm.Served,
 	}
-	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, Observer: hcm, Log: log.WithName("healthcheck")})
+	if nd, ok := src.(nodeDrainer); ok {
+		hs.NodeDraining = nd.NodeDraining
+	}
+	if o.Manifests == "" {
+		// The manifest source pushes its state (newSource); the API server's is the health
+		// state's view of the informers.
+		sm.Follow(apiServerSourceLabel, hs.SourceUp)
+	}
+	if err := metrics.WatchHealth(reg, hs.NodeEligible); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	// Health-check node ports follow the rules' state only (hs.Healthy), on the
+	// --nodeport-addresses only, as kube-proxy's.
+	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()
 	opts.HealthCheck = hc
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, opts)
 	rc := o.runConfig()
 	rc.Ready = src.Ready
 	runner = proxier.NewRunner(p, rc)
+	dm, err := metrics.NewDrift(reg)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if o.DriftEvents {
+		defer watchDrift(ctx, log, kernel, builders, runner, dm, rc.FullSyncPeriod)()
+	}
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
 	go watchNodeAddresses(ctx, log, tracker, runner.Notify)
@@ -209,6 +229,13 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 	}
 	log.Info("applied", "ops", res.Ops, "repairs", res.Repairs, "bytes", res.Stats.Bytes, "kernelTime", res.Stats.Duration)
 	return nil
+}
+
+// nodeDrainer is a source that knows whether this node is on its way out (the Kubernetes
+// source: the Node's deletionTimestamp and the cluster autoscaler's taint); /healthz fails
+// meanwhile. Manifest mode has no such Node.
+type nodeDrainer interface {
+	NodeDraining() string
 }
 
 // shutdownGrace bounds the exit after SIGTERM: the rules stay in the kernel whatever happens,

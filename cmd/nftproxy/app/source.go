@@ -24,7 +24,8 @@ type source interface {
 	Ready() bool
 	// FailingSince is when the source stopped answering (zero while it answers): an API server
 	// that does not answer, a manifest directory that is missing or unreadable. The rules
-	// programmed last stay meanwhile; /healthz reports it.
+	// programmed last stay meanwhile; it is reported by /healthz's body and nftproxy_source_up,
+	// never a failed probe.
 	FailingSince() time.Time
 	fmt.Stringer
 }
@@ -59,8 +60,11 @@ func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.
 	return m, nil
 }
 
-// manifestSourceLabel is the manifest source's value of the metrics' source label.
-const manifestSourceLabel = "manifests"
+// The sources' values of the metrics' source label.
+const (
+	manifestSourceLabel  = "manifests"
+	apiServerSourceLabel = "apiserver"
+)
 
 // manifestSource watches a directory of manifests (the embedded default, no cluster needed),
 // acting as its own control plane for node ports.

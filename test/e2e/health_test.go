@@ -1,0 +1,50 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// TestHealthCheckNodePortBindsNodePortAddresses: with --nodeport-addresses, the health-check
+// node port of an externalTrafficPolicy=Local Service answers on the node's addresses inside
+// those CIDRs and nowhere else (it used to listen on the wildcard address), as kube-proxy.
+func TestHealthCheckNodePortBindsNodePortAddresses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
+	lb := policyService{name: "lb-local", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(42), proto: "TCP", port: 80, target: 8080,
+		portName: "http", nodePort: 30142, lbIP: lab.LoadBalancerIPv4(42),
+		spec:      map[string]any{"externalTrafficPolicy": "Local", "healthCheckNodePort": healthCheckPort},
+		endpoints: local(1)}
+	e.writeFile("lb.yaml", lb.manifests())
+	e.flags = []string{"--nodeport-addresses", lab.NodeIPv4 + "/32"}
+	e.start()
+	e.waitFor("Service "+lb.key(), func(rs string) bool { return strings.Contains(rs, `"`+lb.key()) })
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, body := healthCheck(t, e)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health check on %s: %d %v, want 200", lab.NodeIPv4, code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := e.lab.Node.Do(func() error {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", healthCheckPort), 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err == nil {
+		t.Errorf("health-check node port %d answers on 127.0.0.1 in the node, outside --nodeport-addresses %s/32", healthCheckPort, lab.NodeIPv4)
+	}
+}

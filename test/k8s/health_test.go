@@ -1,0 +1,249 @@
+package k8s
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+// httpGet sends GET path to addr from inside namespace ns; the status line and the body.
+func httpGet(ns *netns.NS, addr, path string) (status, body string, err error) {
+	err = ns.Do(func() error {
+		// The socket is created on this (namespace-switched) thread; it stays in ns.
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
+			return err
+		}
+		r := bufio.NewReader(conn)
+		if status, err = r.ReadString('\n'); err != nil {
+			return err
+		}
+		rest, err := io.ReadAll(r)
+		body = string(rest)
+		return err
+	})
+	return strings.TrimSpace(status), body, err
+}
+
+// createLocalLB creates a LoadBalancer Service with externalTrafficPolicy Local on ClusterIPv4(ip)
+// with endpoints on pods of this node, and returns the health-check node port the API server
+// allocated for it.
+func (e *env) createLocalLB(s svc) int {
+	e.t.Helper()
+	obj := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: s.name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: lab.ClusterIPv4(s.ip).String(),
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports:                 []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+	created, err := e.cs.CoreV1().Services(testNS).Create(e.ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create Service %s: %v", s.name, err)
+	}
+	if created.Spec.HealthCheckNodePort == 0 {
+		e.t.Fatalf("Service %s: the API server allocated no healthCheckNodePort", s.name)
+	}
+	if _, err := e.cs.DiscoveryV1().EndpointSlices(testNS).Create(e.ctx, s.slice(), metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create EndpointSlice of %s: %v", s.name, err)
+	}
+	return int(created.Spec.HealthCheckNodePort)
+}
+
+// healthCheck probes the health-check node port on the node's IPv4 address from a client, as a
+// load balancer does; the status line.
+func (e *env) healthCheck(port int) string {
+	e.t.Helper()
+	status, _, err := httpGet(e.lab.Client(1).NS, fmt.Sprintf("%s:%d", lab.NodeIPv4, port), "/")
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return status
+}
+
+// waitUntil polls cond (bounded by waitBound) and fails with what when it never holds.
+func (e *env) waitUntil(what string, cond func() (bool, string)) {
+	e.t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for {
+		ok, got := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: not after %v; last seen: %s", what, waitBound, got)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// metric reads one series from the daemon's /metrics inside the node ("" if absent).
+func (e *env) metric(series string) string {
+	e.t.Helper()
+	_, body, err := httpGet(e.lab.Node, "127.0.0.1:10249", "/metrics")
+	if err != nil {
+		e.t.Fatalf("/metrics: %v", err)
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestAPIServerOutage stops the API server under a running daemon: the programmed rules keep
+// serving, and neither /healthz nor the health-check node port of an externalTrafficPolicy=Local
+// Service fails, however long the outage lasts past --healthz-timeout (cloud load balancers
+// would take every node out of every such Service at once). The outage is reported: /healthz's
+// body names it and nftproxy_source_up reads 0. /livez stays up. Once the API server is back, a
+// change made then is programmed (the informers re-list). The health-check port is opened on the
+// --nodeport-addresses only.
+func TestAPIServerOutage(t *testing.T) {
+	const timeout = 3 * time.Second
+	e := newEnv(t, map[string]string{"healthz-timeout": timeout.String(), "nodeport-addresses": lab.NodeIPv4 + "/32"})
+	web := svc{name: "web", ip: 50, pods: []int{1}}
+	e.createService(web)
+	lb := svc{name: "lb", ip: 51, pods: []int{1}}
+	hcPort := e.createLocalLB(lb)
+	e.waitFor("web with its endpoint", func(rs string) bool { return chainHasOnly(rs, web, web.pods) })
+	e.waitUntil("health-check node port answers 200", func() (bool, string) {
+		got := e.healthCheck(hcPort)
+		return strings.Contains(got, " 200 "), got
+	})
+	if _, _, err := httpGet(e.lab.Node, fmt.Sprintf("127.0.0.1:%d", hcPort), "/"); err == nil {
+		t.Errorf("health-check node port answers on 127.0.0.1, outside --nodeport-addresses %s/32", lab.NodeIPv4)
+	}
+
+	if err := e.c.Stop(); err != nil {
+		// Killed after its grace period (open watches keep it busy): down all the same.
+		t.Logf("stop API server: %v", err)
+	}
+	if e.c.Running() {
+		t.Fatal("API server still running after Stop")
+	}
+	e.probe(web, 1)
+	// Until the outage is reported and has outlasted the timeout twice over, every probe of
+	// /healthz and of the health-check node port must answer 200.
+	var reportedAt time.Time
+	deadline := time.Now().Add(waitBound)
+	for reportedAt.IsZero() || time.Since(reportedAt) < 2*timeout+time.Second {
+		if time.Now().After(deadline) {
+			t.Fatalf("the outage was not reported in /healthz's body within %v", waitBound)
+		}
+		status, body, err := httpGet(e.lab.Node, "127.0.0.1:10256", "/healthz")
+		if err != nil || !strings.Contains(status, " 200 ") {
+			t.Fatalf("/healthz during the outage: %q %s (err %v), want 200: an unreachable API server must not fail it", status, body, err)
+		}
+		if got := e.healthCheck(hcPort); !strings.Contains(got, " 200 ") {
+			t.Fatalf("health-check node port during the outage: %q, want 200 (load balancers would drop the node)", got)
+		}
+		if reportedAt.IsZero() && strings.Contains(body, "sourceFailingSince") {
+			reportedAt = time.Now()
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if got := e.metric(`nftproxy_source_up{source="apiserver"}`); got != "0" {
+		t.Errorf(`nftproxy_source_up{source="apiserver"} during the outage: %q, want 0`, got)
+	}
+	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
+		t.Errorf("/livez during the outage: %q, want 200 (restarting the proxy would not help)", got)
+	}
+	e.probe(web, 1)
+	if err := e.c.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitUntil("the source reported up again", func() (bool, string) {
+		got := e.metric(`nftproxy_source_up{source="apiserver"}`)
+		return got == "1", got
+	})
+	e.waitHealth("/healthz after the outage", "/healthz", " 200 ")
+	e.probe(web, 1)
+	e.setEndpoints(web, 2)
+	e.waitFor("web moved to pod-2 after the outage", func(rs string) bool { return chainHasOnly(rs, web, []int{2}) })
+	e.probe(web, 2)
+}
+
+// TestNodeDrainingFailsHealthz: a Node tainted ToBeDeletedByClusterAutoscaler, or being deleted,
+// makes /healthz answer 503 (KEP-3836, as kube-proxy) so load balancers drain the node; /livez
+// and the health-check node ports do not follow it (kube-proxy's semantics: the node's local
+// endpoints leave by themselves), and the rules keep serving.
+func TestNodeDrainingFailsHealthz(t *testing.T) {
+	e := newEnv(t, nil)
+	lb := svc{name: "lb", ip: 52, pods: []int{1}}
+	hcPort := e.createLocalLB(lb)
+	e.waitProgrammed(lb)
+	e.waitHealth("/healthz before the taint", "/healthz", " 200 ")
+
+	taint := func(on bool) {
+		t.Helper()
+		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Taints = nil
+		if on {
+			n.Spec.Taints = []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule}}
+		}
+		if _, err := e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	taint(true)
+	e.waitHealth("/healthz with the autoscaler's taint", "/healthz", " 503 ")
+	if _, body, _ := httpGet(e.lab.Node, "127.0.0.1:10256", "/healthz"); !strings.Contains(body, `"nodeEligible":false`) {
+		t.Errorf("/healthz body with the taint: %s, want nodeEligible false", body)
+	}
+	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
+		t.Errorf("/livez with the taint: %q, want 200", got)
+	}
+	if got := e.healthCheck(hcPort); !strings.Contains(got, " 200 ") {
+		t.Errorf("health-check node port with the taint: %q, want 200 (it follows the rules and the local endpoints)", got)
+	}
+	if got := e.metric("nftproxy_node_eligible"); got != "0" {
+		t.Errorf("nftproxy_node_eligible with the taint: %q, want 0", got)
+	}
+	e.probe(lb, 1)
+	taint(false)
+	e.waitHealth("/healthz once the taint is removed", "/healthz", " 200 ")
+
+	// Deletion: a finalizer keeps the Node object while its deletionTimestamp is set.
+	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Finalizers = append(n.Finalizers, "nftproxy.io/test")
+	if _, err := e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cs.CoreV1().Nodes().Delete(e.ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitHealth("/healthz while the Node is being deleted", "/healthz", " 503 ")
+	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
+		t.Errorf("/livez while the Node is being deleted: %q, want 200", got)
+	}
+	e.probe(lb, 1)
+	// Let the deletion finish, so the API server holds nothing pending when it stops.
+	if n, err = e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{}); err == nil {
+		n.Finalizers = nil
+		_, err = e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		t.Errorf("remove the test's finalizer: %v", err)
+	}
+}
