@@ -39,7 +39,7 @@ type profile struct {
 }
 
 var (
-	short = profile{name: "short", pureSeeds: 12, pureServices: 100, kernelSeeds: 3, kernelServices: 150, maxEndpoints: 40}
+	short = profile{name: "short", pureSeeds: 8, pureServices: 100, kernelSeeds: 3, kernelServices: 100, maxEndpoints: 40}
 	long  = profile{name: "soak", pureSeeds: 200, pureServices: 300, kernelSeeds: 30, kernelServices: 400, maxEndpoints: 300}
 )
 
@@ -70,7 +70,8 @@ func seeds(t *testing.T, n int) []uint64 {
 }
 
 // excluded is the set of shapes kept out of generated input: knownFailing, unless
-// NFTPROXY_PROPERTY_ALL_SHAPES=1 asks for every shape (to see the known failures).
+// NFTPROXY_PROPERTY_ALL_SHAPES=1 asks for every shape (to see the known failures), or
+// NFTPROXY_PROPERTY_INCLUDE lets some back in (comma-separated shape names, to check one fix).
 func excluded() map[Shape]bool {
 	out := map[Shape]bool{}
 	if os.Getenv("NFTPROXY_PROPERTY_ALL_SHAPES") != "" {
@@ -78,6 +79,9 @@ func excluded() map[Shape]bool {
 	}
 	for _, s := range knownFailing {
 		out[s] = true
+	}
+	for _, s := range strings.Split(os.Getenv("NFTPROXY_PROPERTY_INCLUDE"), ",") {
+		delete(out, Shape(strings.TrimSpace(s)))
 	}
 	return out
 }
@@ -135,8 +139,10 @@ func report(t *testing.T, test string, b *Batch, failures []Failure, alone func(
 		}
 	}
 	fmt.Fprintf(&sb, "\nrerun: NFTPROXY_PROPERTY_SEED=%d go test -count=1 -run '%s' ./test/property/", b.Seed, test)
-	if os.Getenv("NFTPROXY_PROPERTY_ALL_SHAPES") != "" {
-		sb.WriteString(" (with NFTPROXY_PROPERTY_ALL_SHAPES=1)")
+	for _, env := range []string{"NFTPROXY_PROPERTY_ALL_SHAPES", "NFTPROXY_PROPERTY_INCLUDE", "NFTPROXY_SOAK"} {
+		if v := os.Getenv(env); v != "" {
+			fmt.Fprintf(&sb, " (with %s=%s)", env, v)
+		}
 	}
 	t.Error(sb.String())
 }

@@ -81,6 +81,7 @@ func TestGeneratedServicesKernel(t *testing.T) {
 		t.Logf("seed %d: %d Services synced in %v", seed, len(b.Services), time.Since(start).Round(time.Millisecond))
 		snap := tr.Snapshot()
 		failures = append(failures, checkOutcomes(b, snap)...)
+		failures = append(failures, checkFragments(b, builders, snap)...)
 		failures = append(failures, readBack(ctx, kernel, builders, snap)...)
 		failures = append(failures, loadRender(renderNS, builders, snap)...)
 		report(t, "TestGeneratedServicesKernel", b, failures, nil)
