@@ -42,6 +42,8 @@ type Generated struct {
 	// node, per IP family ("4" or "6"): traffic to them must reach an endpoint chain, never the
 	// no-endpoint reject.
 	Serving []ServingPort
+
+	nodeName string // the node Serving was computed for
 }
 
 // ServingPort is one port that must have an endpoint chain in one family.
@@ -157,7 +159,7 @@ func (g *gen) nodeIP(v6 bool) (netip.Addr, bool) {
 // service draws one Service: its primary trait first, then everything else at random among the
 // values that keep the trait's expected outcome.
 func (g *gen) service(i int) *Generated {
-	gs := &Generated{Shapes: shapeSet{}, Expect: Expect{Outcome: Programmed}}
+	gs := &Generated{Shapes: shapeSet{}, Expect: Expect{Outcome: Programmed}, nodeName: g.opts.NodeName}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{
 		CreationTimestamp: metav1.NewTime(g.created.Add(time.Duration(i) * time.Second)),
 		Labels:            map[string]string{"app.kubernetes.io/name": g.labelValue()},

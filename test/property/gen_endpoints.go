@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 // maxSliceEndpoints is the EndpointSlice controller's default endpoints per slice.
@@ -40,7 +42,6 @@ func (g *gen) endpoints(gs *Generated) {
 		return
 	}
 	ports := g.slicePorts(svc)
-	localReady := map[bool]bool{} // by family (v6)
 	for _, f := range svc.Spec.IPFamilies {
 		v6 := isV6(f)
 		var eps []discoveryv1.Endpoint
@@ -55,9 +56,6 @@ func (g *gen) endpoints(gs *Generated) {
 			}
 			ep.NodeName = ref(node)
 			ep.Zone = ref([]string{"zone-a", "zone-b"}[g.r.IntN(2)])
-			if *ep.Conditions.Ready && node == g.opts.NodeName {
-				localReady[v6] = true
-			}
 			eps = append(eps, ep)
 		}
 		addrType := discoveryv1.AddressTypeIPv4
@@ -77,17 +75,48 @@ func (g *gen) endpoints(gs *Generated) {
 			eps = eps[cut:]
 		}
 	}
+	gs.Serving = servingPorts(gs, g.opts.NodeName)
+}
+
+// servingPorts lists the ports of a Service that have a ready endpoint on node, per family:
+// an endpoint of a slice of that family which carries the port.
+func servingPorts(gs *Generated, node string) []ServingPort {
+	var out []ServingPort
 	for _, pn := range portNames(gs) {
-		for _, f := range svc.Spec.IPFamilies {
-			if localReady[isV6(f)] {
-				fam := "4"
-				if isV6(f) {
-					fam = "6"
-				}
-				gs.Serving = append(gs.Serving, ServingPort{Name: pn, Family: fam})
+		for _, f := range gs.Service.Spec.IPFamilies {
+			fam := "4"
+			if isV6(f) {
+				fam = "6"
+			}
+			if sliceServes(gs, pn, isV6(f), node) {
+				out = append(out, ServingPort{Name: pn, Family: fam})
 			}
 		}
 	}
+	return out
+}
+
+func sliceServes(gs *Generated, pn model.PortName, v6 bool, node string) bool {
+	for _, s := range gs.Slices {
+		if (s.AddressType == discoveryv1.AddressTypeIPv6) != v6 {
+			continue
+		}
+		has := false
+		for _, p := range s.Ports {
+			if p.Protocol != nil && string(*p.Protocol) == string(pn.Protocol) && (pn.Port == model.AllPortsName || (p.Name != nil && *p.Name == pn.Port)) {
+				has = true
+			}
+		}
+		if !has {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready && ep.NodeName != nil && *ep.NodeName == node {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // slicePorts are the EndpointSlice ports of a Service: its port names with resolved target

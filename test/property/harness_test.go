@@ -91,9 +91,10 @@ func options(seed uint64, services int, p profile) Options {
 		NodeName: nodeName, NodeIPs: nodeIPs, ReservedClusterIPs: canaryIPs}
 }
 
-// report fails t with the failures of one batch, grouped by Service, each with its shapes, what
-// was expected, its manifests when it fails on its own (the smallest reproduction), and the
-// command that reruns the seed.
+// report fails t with the failures of one batch, grouped by Service, each with its shapes and
+// what was expected; for the first three that fail on their own (alone: the pure path on a
+// one-Service batch), the smallest Service that still fails the same ways; and the command that
+// reruns the seed.
 func report(t *testing.T, test string, b *Batch, failures []Failure, alone func(*Batch) []Failure) {
 	t.Helper()
 	if len(failures) == 0 {
@@ -131,10 +132,31 @@ func report(t *testing.T, test string, b *Batch, failures []Failure, alone func(
 			fmt.Fprintf(&sb, "  - %s\n", w)
 		}
 		if gs != nil && alone != nil && shown < 3 {
-			single := &Batch{Seed: b.Seed, Node: b.Node, Services: []*Generated{gs}}
-			if fs := alone(single); len(fs) > 0 {
+			classesOf := func(g *Generated) map[string]bool {
+				out := map[string]bool{}
+				for _, f := range alone(&Batch{Seed: b.Seed, Node: b.Node, Services: []*Generated{g}}) {
+					out[failureClass(f.What)] = true
+				}
+				return out
+			}
+			want := classesOf(gs)
+			// A smaller Service counts only if it still fails in every way the original did.
+			fails := func(g *Generated) bool {
+				got := classesOf(g)
+				for c := range want {
+					if !got[c] {
+						return false
+					}
+				}
+				return len(want) > 0
+			}
+			if len(want) > 0 {
 				shown++
-				fmt.Fprintf(&sb, "  fails on its own; manifests:\n%s", indent(manifests(gs)))
+				small := shrink(gs, fails)
+				fmt.Fprintf(&sb, "  fails on its own; smallest reproduction (shrunk, still API-valid):\n%s", indent(manifests(small)))
+				for _, f := range alone(&Batch{Seed: b.Seed, Node: b.Node, Services: []*Generated{small}}) {
+					fmt.Fprintf(&sb, "    => %s\n", f.What)
+				}
 			}
 		}
 	}
@@ -145,6 +167,22 @@ func report(t *testing.T, test string, b *Batch, failures []Failure, alone func(
 		}
 	}
 	t.Error(sb.String())
+}
+
+// failureClass is a failure message without its particulars (names, numbers, quoted strings):
+// its first words, for telling whether a shrunk Service still fails the same way.
+func failureClass(what string) string {
+	what = strings.TrimPrefix(strings.TrimPrefix(what, "family ip6: "), "family ip: ")
+	words := strings.Fields(what)
+	if len(words) > 3 {
+		words = words[:3]
+	}
+	for i, w := range words {
+		if strings.ContainsAny(w, "/\"0123456789") {
+			words[i] = "_"
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // manifests renders a Service and its slices as YAML documents.

@@ -84,7 +84,7 @@ func TestGeneratedServicesKernel(t *testing.T) {
 		failures = append(failures, checkFragments(b, builders, snap)...)
 		failures = append(failures, readBack(ctx, kernel, builders, snap)...)
 		failures = append(failures, loadRender(renderNS, builders, snap)...)
-		report(t, "TestGeneratedServicesKernel", b, failures, nil)
+		report(t, "TestGeneratedServicesKernel", b, failures, func(single *Batch) []Failure { return RunPure(single, nodeIPs).Failures })
 		probeCanary(ctx, t, l, fmt.Sprintf("after the batch of seed %d", seed))
 		if t.Failed() {
 			return
