@@ -129,6 +129,9 @@ func Generate(opts Options) *Batch {
 		}
 		b.Services = append(b.Services, gs)
 	}
+	if err := validateBatch(b, opts.ReservedClusterIPs); err != nil {
+		panic(fmt.Sprintf("property generator (seed %d) made a batch the API server's allocators cannot: %v", opts.Seed, err))
+	}
 	return b
 }
 

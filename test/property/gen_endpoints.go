@@ -13,6 +13,12 @@ import (
 // maxSliceEndpoints is the EndpointSlice controller's default endpoints per slice.
 const maxSliceEndpoints = 100
 
+// maxPortEndpoints bounds ports × endpoints of one Service. With ClientIP affinity nftproxy adds
+// a named set per port and endpoint (as upstream does), and the kernel's cost per set added
+// grows with the sets already in the table: a 93-port Service with 380 endpoints (17k sets per
+// family) took 2.5 minutes to sync. Larger Services belong in bench/, not in a property test.
+const maxPortEndpoints = 2000
+
 // otherNode hosts the endpoints that are not local.
 const otherNode = "node-b"
 
@@ -41,6 +47,9 @@ func (g *gen) endpoints(gs *Generated) {
 	if n == 0 || len(svc.Spec.Ports) == 0 {
 		return
 	}
+	// ClientIP affinity costs a named set per port and endpoint; keep one Service's share of
+	// the batch bounded so a batch syncs in seconds (see maxPortEndpoints).
+	n = max(1, min(n, maxPortEndpoints/len(svc.Spec.Ports)))
 	ports := g.slicePorts(svc)
 	for _, f := range svc.Spec.IPFamilies {
 		v6 := isV6(f)

@@ -37,7 +37,7 @@ const kubeletPort = 10250
 func TestGeneratedServicesKernel(t *testing.T) {
 	netns.Skip(t)
 	p := currentProfile()
-	l := lab.New(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(80)}})
+	l := lab.New(t, lab.Options{Prefix: "nftp-prop", Pods: 1, Ports: []lab.PortSpec{lab.Port(80)}})
 	kubelet, err := lab.Serve(l.Node, "node", nodeIPs, []lab.PortSpec{{Proto: "tcp", First: kubeletPort}})
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,47 @@ func validateGenerated(gs *Generated) error {
 	return nil
 }
 
+// validateBatch checks what the API server's allocators guarantee across Services: cluster IPs
+// are unique, and so are node ports and health-check node ports (one pool for every protocol),
+// except where ShapeNodePortClash breaks that on purpose.
+func validateBatch(b *Batch, reserved []netip.Addr) error {
+	ips := map[string]string{}
+	for _, a := range reserved {
+		ips[a.String()] = "reserved"
+	}
+	ports := map[int32]string{}
+	for _, gs := range b.Services {
+		svc := gs.Service
+		key := svc.Namespace + "/" + svc.Name
+		for _, ip := range svc.Spec.ClusterIPs {
+			if ip == corev1.ClusterIPNone {
+				continue
+			}
+			if other, ok := ips[ip]; ok {
+				return fmt.Errorf("cluster IP %s of %s is also %s's", ip, key, other)
+			}
+			ips[ip] = key
+		}
+		if gs.Shapes[ShapeNodePortClash] {
+			continue
+		}
+		nps := []int32{svc.Spec.HealthCheckNodePort}
+		for _, p := range svc.Spec.Ports {
+			nps = append(nps, p.NodePort)
+		}
+		for _, np := range nps {
+			if np == 0 {
+				continue
+			}
+			if other, ok := ports[np]; ok {
+				return fmt.Errorf("node port %d of %s is also %s's", np, key, other)
+			}
+			ports[np] = key
+		}
+	}
+	return nil
+}
+
 func strs(fp *field.Path, v any, msgs []string) field.ErrorList {
 	var out field.ErrorList
 	for _, m := range msgs {
