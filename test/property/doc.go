@@ -7,8 +7,10 @@
 // reserved ports, and the sync never fails as a whole.
 //
 // The pure test (no root) runs many seeds through the tracker, the builders, the renderer and
-// nft.Fake. The kernel test runs batches through the proxier into a lab node's nftables, loads
-// each batch's render text with nft, and sends real packets to a canary Service after each one.
+// nft.Fake. The render test writes batches as manifest files and runs the real `nftproxy
+// render` over them (and, as root, loads its output with nft). The kernel test runs batches
+// through the proxier into a lab node's nftables, loads each batch's render text with nft, and
+// sends real packets to a canary Service after each one.
 //
 //	go test ./test/property/                                  # a few seeds (make test)
 //	NFTPROXY_SOAK=1 go test -v ./test/property/               # many seeds, larger batches (make soak)
