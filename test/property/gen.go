@@ -99,6 +99,7 @@ type gen struct {
 type clashPort struct {
 	proto corev1.Protocol
 	port  int32
+	owner string // ns/name of the older Service
 }
 
 // Generate builds a batch. It panics when a generated object fails the API's own validation:

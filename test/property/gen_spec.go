@@ -349,7 +349,7 @@ func (g *gen) registerClashable(gs *Generated) {
 	ranged := gs.Service.Annotations[annotation.PortRangesKey]
 	for _, p := range gs.Service.Spec.Ports {
 		if p.NodePort != 0 && (p.Name == "" || !strings.Contains(ranged, p.Name)) {
-			g.clashable = append(g.clashable, clashPort{p.Protocol, p.NodePort})
+			g.clashable = append(g.clashable, clashPort{p.Protocol, p.NodePort, gs.Key().String()})
 		}
 	}
 }

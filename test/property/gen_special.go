@@ -48,7 +48,7 @@ func (g *gen) clashService(gs *Generated, long bool) bool {
 	svc := gs.Service
 	gs.Shapes[ShapeNodePortClash] = true
 	gs.Expect = Expect{Outcome: Rejected, Reason: model.ReasonServiceConflict,
-		Why: fmt.Sprintf("node port %s/%d is an older Service's", c.proto, c.port)}
+		Why: fmt.Sprintf("node port %s/%d is older Service %s's", c.proto, c.port, c.owner)}
 	svc.Spec.Type = corev1.ServiceTypeNodePort
 	g.families(svc, true)
 	sp := g.singlePort(map[string]bool{}, portUse{}, portOpts{long: long, proto: c.proto})

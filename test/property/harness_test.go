@@ -40,7 +40,7 @@ type profile struct {
 
 var (
 	short = profile{name: "short", pureSeeds: 8, pureServices: 100, kernelSeeds: 3, kernelServices: 100, maxEndpoints: 40}
-	long  = profile{name: "soak", pureSeeds: 200, pureServices: 300, kernelSeeds: 10, kernelServices: 200, maxEndpoints: 300}
+	long  = profile{name: "soak", pureSeeds: 100, pureServices: 300, kernelSeeds: 10, kernelServices: 200, maxEndpoints: 300}
 )
 
 func currentProfile() profile {

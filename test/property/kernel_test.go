@@ -28,8 +28,9 @@ const kubeletPort = 10250
 
 // TestGeneratedServicesKernel is the property on the real kernel: batch after batch (each
 // replacing the previous one in one sync, as a burst of changes would), generated Services go
-// through the proxier and reconciler into the nftables of a lab node. Every sync succeeds; the
-// kernel's tables read back equal to the rendered ruleset of the accepted Services; every
+// through the proxier and reconciler into the nftables of a lab node. Every sync succeeds and a
+// full resync after it repairs nothing; the kernel's tables read back equal to the rendered
+// ruleset of the accepted Services; every
 // Service is programmed or rejected as its shape requires; nothing on a node address takes a
 // reserved port; the `render` text of each batch loads with `nft -f` in a fresh namespace; and
 // after every batch a canary ClusterIP Service answers real TCP and UDP packets from a client
@@ -79,6 +80,12 @@ func TestGeneratedServicesKernel(t *testing.T) {
 			failures = append(failures, Failure{What: fmt.Sprintf("the sync failed as a whole: %v", err)})
 		}
 		t.Logf("seed %d: %d Services synced in %v", seed, len(b.Services), time.Since(start).Round(time.Millisecond))
+		// A full resync right after reads the kernel back: it must find nothing to repair.
+		if res, err := px.Sync(ctx, true); err != nil {
+			failures = append(failures, Failure{What: fmt.Sprintf("the full resync after the batch failed: %v", err)})
+		} else if res.Repairs > 0 {
+			failures = append(failures, Failure{What: fmt.Sprintf("the full resync after the batch repaired %d objects: the kernel did not hold what the sync committed", res.Repairs)})
+		}
 		snap := tr.Snapshot()
 		failures = append(failures, checkOutcomes(b, snap)...)
 		failures = append(failures, checkFragments(b, builders, snap)...)
