@@ -206,9 +206,9 @@ func (g *gen) primary() Shape {
 		w int
 	}{
 		{"", 40}, {ShapeManyPorts, 4}, {ShapeRange, 8}, {ShapeOnePortRange, 5}, {ShapeRangeTo65535, 4},
-		{ShapeAllPorts, 6}, {ShapeNodePortClash, 3}, {ShapeNodePortBlock, 3}, {ShapeNodePortBlockReserved, 1},
-		{ShapeNodeAddressPort, 3}, {ShapeNodeAddressReservedPort, 1}, {ShapeNodeAddressAllPorts, 1},
-		{ShapeNodeAddressRange, 1}, {ShapeSourceRangeSpaces, 3}, {ShapeIgnored, 2},
+		{ShapeAllPorts, 6}, {ShapeNodePortClash, 3}, {ShapeNodePortBlock, 3}, {ShapeNodePortBlockReserved, 2},
+		{ShapeNodeAddressPort, 3}, {ShapeNodeAddressReservedPort, 2}, {ShapeNodeAddressAllPorts, 2},
+		{ShapeNodeAddressRange, 2}, {ShapeSourceRangeSpaces, 3}, {ShapeIgnored, 2},
 	}
 	total := 0
 	for _, w := range weighted {
