@@ -14,6 +14,7 @@ import (
 // generate them anyway and see the failures.
 //
 // issue 14: fixed by the isolation/guard branches; the lead removes this list after merging.
+// (Emptying it is enough; deleting it also means deleting its loop in excluded().)
 var knownFailing = []Shape{
 	ShapeLongNames,               // comments over 127 bytes fail every sync (item 2)
 	ShapeOnePortRange,            // "p=5060-5060" black-holes: the endpoint is dropped (item 3)
