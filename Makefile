@@ -42,7 +42,7 @@ e2e: deps build
 ## soak: fault-tolerance scenarios, long profile (restart under traffic, drift, 10k-Service churn,
 ## hostile input, kernel errors, bounded fuzzing); prints a table of figures (needs root)
 soak: deps build
-	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m ./test/soak/
+	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m ./test/soak/ ./test/property/
 
 ## bench: the whole benchmark campaign (control plane at 1k/10k/50k Services, the nft -f text
 ## path, the per-endpoint-chain layout, upstream kube-proxy nftables and iptables modes, data-plane
