@@ -2,6 +2,8 @@ package property
 
 import (
 	"fmt"
+	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"net/netip"
 	"slices"
 	"sort"
@@ -46,9 +48,20 @@ func newBuilders(nodeName string) ([]*ruleset.Builder, error) {
 	return out, nil
 }
 
-// newTracker is the model as the daemon builds it for this node.
+// newTracker is the model as the daemon builds it for this node, with the node-address guard's
+// defaults (--reserved-ports, --range-node-port-range).
 func newTracker(nodeName string) *model.Tracker {
-	return model.NewTracker(model.TrackerConfig{NodeName: nodeName, Logger: logr.Discard()})
+	reserved, err := model.ParsePortSpans(model.DefaultReservedPorts)
+	if err != nil {
+		panic(err) // a constant
+	}
+	blocks, err := allocator.ParseRange(nodeport.DefaultBlockRange)
+	if err != nil {
+		panic(err) // a constant
+	}
+	guard := model.GuardConfig{ReservedPorts: reserved,
+		BlockRange: model.PortSpan{First: uint16(blocks.First), Last: uint16(blocks.Last)}}
+	return model.NewTracker(model.TrackerConfig{NodeName: nodeName, Logger: logr.Discard(), Guard: guard})
 }
 
 // feed hands a batch to the tracker: the node, then every Service and slice.

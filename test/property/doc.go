@@ -15,5 +15,4 @@
 //	go test ./test/property/                                  # a few seeds (make test)
 //	NFTPROXY_SOAK=1 go test -v ./test/property/               # many seeds, larger batches (make soak)
 //	NFTPROXY_PROPERTY_SEED=17 go test -v ./test/property/     # rerun one seed (printed on failure)
-//	NFTPROXY_PROPERTY_ALL_SHAPES=1 go test ./test/property/   # include the knownFailing shapes
 package property

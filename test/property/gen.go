@@ -21,7 +21,7 @@ type Options struct {
 	Services int
 	// MaxEndpoints bounds the "many endpoints" draw of one Service (default 40).
 	MaxEndpoints int
-	// Exclude keeps shapes out of the batch (see knownFailing in the tests).
+	// Exclude keeps shapes out of the batch (to narrow a failure down to one shape).
 	Exclude map[Shape]bool
 	// NodeName and NodeIPs describe the node the proxy runs on; the node-address shapes use
 	// NodeIPs as LoadBalancer ingress and external IPs.

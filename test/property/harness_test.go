@@ -69,25 +69,8 @@ func seeds(t *testing.T, n int) []uint64 {
 	return out
 }
 
-// excluded is the set of shapes kept out of generated input: knownFailing, unless
-// NFTPROXY_PROPERTY_ALL_SHAPES=1 asks for every shape (to see the known failures), or
-// NFTPROXY_PROPERTY_INCLUDE lets some back in (comma-separated shape names, to check one fix).
-func excluded() map[Shape]bool {
-	out := map[Shape]bool{}
-	if os.Getenv("NFTPROXY_PROPERTY_ALL_SHAPES") != "" {
-		return out
-	}
-	for _, s := range knownFailing {
-		out[s] = true
-	}
-	for _, s := range strings.Split(os.Getenv("NFTPROXY_PROPERTY_INCLUDE"), ",") {
-		delete(out, Shape(strings.TrimSpace(s)))
-	}
-	return out
-}
-
 func options(seed uint64, services int, p profile) Options {
-	return Options{Seed: seed, Services: services, MaxEndpoints: p.maxEndpoints, Exclude: excluded(),
+	return Options{Seed: seed, Services: services, MaxEndpoints: p.maxEndpoints,
 		NodeName: nodeName, NodeIPs: nodeIPs, ReservedClusterIPs: canaryIPs}
 }
 
@@ -161,7 +144,7 @@ func report(t *testing.T, test string, b *Batch, failures []Failure, alone func(
 		}
 	}
 	fmt.Fprintf(&sb, "\nrerun: NFTPROXY_PROPERTY_SEED=%d go test -count=1 -run '%s' ./test/property/", b.Seed, test)
-	for _, env := range []string{"NFTPROXY_PROPERTY_ALL_SHAPES", "NFTPROXY_PROPERTY_INCLUDE", "NFTPROXY_SOAK"} {
+	for _, env := range []string{"NFTPROXY_SOAK"} {
 		if v := os.Getenv(env); v != "" {
 			fmt.Fprintf(&sb, " (with %s=%s)", env, v)
 		}

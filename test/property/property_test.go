@@ -9,22 +9,6 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
-// knownFailing are the shapes today's code fails on; they are kept out of the generated input so
-// the tree stays green while the fixes are reviewed. Set NFTPROXY_PROPERTY_ALL_SHAPES=1 to
-// generate them anyway and see the failures.
-//
-// issue 14: fixed by the isolation/guard branches; the lead removes this list after merging.
-// (Emptying it is enough; deleting it also means deleting its loop in excluded().)
-var knownFailing = []Shape{
-	ShapeLongNames,               // comments over 127 bytes fail every sync (item 2)
-	ShapeOnePortRange,            // "p=5060-5060" black-holes: the endpoint is dropped (item 3)
-	ShapeNodeAddressAllPorts,     // all-ports on a node address takes the whole node (item 1)
-	ShapeNodeAddressRange,        // a range on a node address takes reserved ports (item 1)
-	ShapeNodeAddressReservedPort, // port 22/10250 on a node address (item 1, reserved ports)
-	ShapeNodePortBlockReserved,   // a node-port block over 10250 (item 7)
-	ShapeSourceRangeSpaces,       // " 198.18.0.0/16 " rejects the whole Service (item 8)
-}
-
 // TestGeneratedServicesPure is the property over many seeds without root: every generated
 // API-valid Service, through the tracker, the builders and the renderer (what `nftproxy render`
 // does) and a full sync into nft.Fake, is programmed or rejected as its shape requires, with a
