@@ -116,7 +116,20 @@ func (t *Tracker) update(fn func() []rejectionEvent) {
 }
 
 // UpsertService adds or replaces a Service.
-func (t *Tracker) UpsertService(svc *corev1.Service) {
+func (t *Tracker) UpsertService(svc *corev1.Service) { t.upsertService(svc, nil) }
+
+// RejectService adds or replaces a Service that its source refused before conversion, with the
+// source's reason: manifest mode makes the API server's validation itself, and a refused Service
+// must be reported (OnRejection, Snapshot) exactly like one the model rejects. An UpsertService
+// of the same key later replaces the refusal. r.Message should start with "service ns/name: ".
+func (t *Tracker) RejectService(svc *corev1.Service, r *Rejection) {
+	if r != nil {
+		t.upsertService(svc, r)
+	}
+}
+
+// upsertService records svc, refused by its source with invalid (nil: to be converted).
+func (t *Tracker) upsertService(svc *corev1.Service, invalid *Rejection) {
 	if svc == nil {
 		return
 	}
@@ -126,32 +139,10 @@ func (t *Tracker) UpsertService(svc *corev1.Service) {
 		if ts == nil {
 			ts = &trackedService{}
 			t.services[key] = ts
-		} else if ts.obj != nil && ts.invalid == nil && equality.Semantic.DeepEqual(ts.obj, svc) {
+		} else if ts.obj != nil && reflect.DeepEqual(ts.invalid, invalid) && equality.Semantic.DeepEqual(ts.obj, svc) {
 			return nil
 		}
-		ts.obj, ts.invalid = svc, nil
-		return t.recompute([]ServiceKey{key})
-	})
-}
-
-// RejectService adds or replaces a Service that its source refused before conversion, with the
-// source's reason: manifest mode makes the API server's validation itself, and a refused Service
-// must be reported (OnRejection, Snapshot) exactly like one the model rejects. An UpsertService
-// of the same key later replaces the refusal. r.Message should start with "service ns/name: ".
-func (t *Tracker) RejectService(svc *corev1.Service, r *Rejection) {
-	if svc == nil || r == nil {
-		return
-	}
-	key := ServiceKey{Namespace: svc.Namespace, Name: svc.Name}
-	t.update(func() []rejectionEvent {
-		ts := t.services[key]
-		if ts == nil {
-			ts = &trackedService{}
-			t.services[key] = ts
-		} else if ts.obj != nil && reflect.DeepEqual(ts.invalid, r) && equality.Semantic.DeepEqual(ts.obj, svc) {
-			return nil
-		}
-		ts.obj, ts.invalid = svc, r
+		ts.obj, ts.invalid = svc, invalid
 		return t.recompute([]ServiceKey{key})
 	})
 }
