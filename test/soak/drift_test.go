@@ -117,39 +117,9 @@ func TestDrift(t *testing.T) {
 
 	limit := 5*run.fullSync + 10*time.Second
 	for _, dr := range drifts() {
-		ipTable, err := e.lab.Nft("list", "table", "ip", "nftproxy")
-		if err != nil {
-			t.Fatal(err)
-		}
-		before, err := e.scrape(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.lab.NftApply(dr.script(t, ipTable)); err != nil {
-			t.Fatalf("%s: %v", dr.name, err)
-		}
-		if diff := e.nodeState().diff(want, 5); diff == "" {
-			t.Fatalf("%s: the kernel state did not change; the drift is not one", dr.name)
-		}
-		took, diff := e.waitState(want, limit)
-		if diff != "" {
-			t.Errorf("%s: not repaired after %v: %s", dr.name, limit, diff)
+		if !e.driftRepaired(d, dr, want, limit, scenario, "", true) {
 			continue
 		}
-		var counted float64
-		_ = e.poll(5*time.Second, func() (bool, error) {
-			after, err := e.scrape(d)
-			if err != nil {
-				return false, err
-			}
-			counted = delta(before, after, "nftproxy_drift_repairs_total")
-			return counted > 0, nil
-		})
-		report.add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f", took.Round(time.Millisecond), counted)
-		if counted == 0 {
-			t.Errorf("%s: repaired, but nftproxy_drift_repairs_total did not count it", dr.name)
-		}
-		e.checkServing("after repairing: " + dr.name)
 		if dr.touchesOther {
 			// Its owner loads it again; later resyncs must leave it alone.
 			if err := e.lab.NftApply(otherTable); err != nil {
@@ -223,36 +193,53 @@ func TestDriftFoundByEvents(t *testing.T) {
 		took.Round(time.Millisecond), delta(m0, m1, suspected), delta(m0, m1, fulls), delta(m0, m1, "nftproxy_drift_repairs_total"))
 
 	for _, dr := range drifts() {
-		ipTable, err := e.lab.Nft("list", "table", "ip", "nftproxy")
-		if err != nil {
-			t.Fatal(err)
-		}
-		before, err := e.scrape(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.lab.NftApply(dr.script(t, ipTable)); err != nil {
-			t.Fatalf("%s: %v", dr.name, err)
-		}
-		took, diff := e.waitState(want, limit)
-		if diff != "" {
-			t.Errorf("%s: not repaired after %v with the default full-sync period: %s", dr.name, limit, diff)
-			continue
-		}
-		var after sample
-		_ = e.poll(5*time.Second, func() (bool, error) {
-			var err error
-			after, err = e.scrape(d)
-			return err == nil && delta(before, after, "nftproxy_drift_repairs_total") > 0, err
-		})
-		report.add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f",
-			took.Round(time.Millisecond), delta(before, after, "nftproxy_drift_repairs_total"))
-		if delta(before, after, "nftproxy_drift_repairs_total") == 0 {
-			t.Errorf("%s: repaired, but nftproxy_drift_repairs_total did not count it", dr.name)
-		}
-		e.checkServing("after repairing: " + dr.name)
+		e.driftRepaired(d, dr, want, limit, scenario, " with the default full-sync period", false)
 	}
 	d.checkHealthy(t)
+}
+
+// driftRepaired makes drift dr in the node's ip table, waits up to limit for the kernel to be want
+// again, and checks the repair was counted and the Services answer; the figure goes to the report
+// under scenario. It reports whether the drift was repaired (what names the setting, for errors).
+// With slowRepair (no drift events: nothing repairs before the next full resync) it first checks
+// that the drift really changed the kernel; with events the repair may already be done.
+func (e *env) driftRepaired(d *daemon, dr drift, want state, limit time.Duration, scenario, what string, slowRepair bool) bool {
+	t := e.t
+	t.Helper()
+	ipTable, err := e.lab.Nft("list", "table", "ip", "nftproxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.scrape(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.lab.NftApply(dr.script(t, ipTable)); err != nil {
+		t.Fatalf("%s: %v", dr.name, err)
+	}
+	if diff := e.nodeState().diff(want, 5); slowRepair && diff == "" {
+		t.Fatalf("%s: the kernel state did not change; the drift is not one", dr.name)
+	}
+	took, diff := e.waitState(want, limit)
+	if diff != "" {
+		t.Errorf("%s: not repaired after %v%s: %s", dr.name, limit, what, diff)
+		return false
+	}
+	var counted float64
+	_ = e.poll(5*time.Second, func() (bool, error) {
+		after, err := e.scrape(d)
+		if err != nil {
+			return false, err
+		}
+		counted = delta(before, after, "nftproxy_drift_repairs_total")
+		return counted > 0, nil
+	})
+	report.add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f", took.Round(time.Millisecond), counted)
+	if counted == 0 {
+		t.Errorf("%s: repaired, but nftproxy_drift_repairs_total did not count it", dr.name)
+	}
+	e.checkServing("after repairing: " + dr.name)
+	return true
 }
 
 // otherTable is `nft list table inet other` in the node.
