@@ -298,14 +298,7 @@ func TestRefusedBaseLayoutFailsTheSync(t *testing.T) {
 func TestManyRefusalsConverge(t *testing.T) {
 	k := refuse(nft.NewFake())
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
-	var bad, names []string
-	for i := 0; i < maxRefusals+3; i++ {
-		bad = append(bad, fmt.Sprintf("bad-%d", i))
-	}
-	for i, n := range append([]string{"good"}, bad...) {
-		addService(tr, n, i)
-		names = append(names, n)
-	}
+	bad, names := addBadServices(tr, maxRefusals+3)
 	k.set(bad...)
 	p := newProxier(t, k, tr, nil)
 	ctx := context.Background()
@@ -391,14 +384,7 @@ func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
 	k := refuse(raw)
 	c := &counting{Interface: k}
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
-	var bad, names []string
-	for i := 0; i < maxRefusals+3; i++ {
-		bad = append(bad, fmt.Sprintf("bad-%d", i))
-	}
-	for i, n := range append([]string{"good"}, bad...) {
-		addService(tr, n, i)
-		names = append(names, n)
-	}
+	bad, names := addBadServices(tr, maxRefusals+3)
 	k.set(bad...)
 	if _, err := newProxier(t, c, tr, nil).Sync(context.Background(), true); err != nil {
 		t.Fatalf("sync: %v", err)
@@ -419,4 +405,17 @@ func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
 		}
 	}
 	matchesModel(t, raw, tr)
+}
+
+// addBadServices adds "good" and n Services "bad-0".. to tr; it returns the bad names and all
+// names.
+func addBadServices(tr *model.Tracker, n int) (bad, names []string) {
+	for i := 0; i < n; i++ {
+		bad = append(bad, fmt.Sprintf("bad-%d", i))
+	}
+	for i, name := range append([]string{"good"}, bad...) {
+		addService(tr, name, i)
+		names = append(names, name)
+	}
+	return bad, names
 }

@@ -147,22 +147,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestRunnerFollowsChanges(t *testing.T) {
-	fake := &locked{k: nft.NewFake()}
-	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
-	rec := &recorder{}
-	p := newProxier(t, fake, tr, rec)
-	r := NewRunner(p, RunConfig{MinSyncPeriod: 10 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-
-	tr.UpsertService(service("web", "198.19.0.10"))
-	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
-	r.Notify()
-	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
-	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
-	<-r.Synced()
+	fake, tr, rec, r, pn := runWeb(t, 10*time.Millisecond)
 
 	// A burst of changes is coalesced; the final state wins.
 	for i := 0; i < 20; i++ {
@@ -266,26 +251,12 @@ func TestRunnerWaitsForReadySources(t *testing.T) {
 // TestRunnerRepairsSuspectedDrift: with the default hour between full resyncs, a suspected
 // drift (what the nft.Watcher reports) makes the next sync read the kernel back and repair it.
 func TestRunnerRepairsSuspectedDrift(t *testing.T) {
-	fake := &locked{k: nft.NewFake()}
-	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
-	rec := &recorder{}
-	r := NewRunner(newProxier(t, fake, tr, rec), RunConfig{MinSyncPeriod: 5 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-
-	tr.UpsertService(service("web", "198.19.0.10"))
-	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
-	r.Notify()
-	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
-	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
-	<-r.Synced()
+	fake, _, rec, r, pn := runWeb(t, 5*time.Millisecond)
 
 	// Someone else deletes our table (nft flush ruleset).
 	tx := nft.NewTransaction(table4)
 	tx.Delete(&nft.TableObj{})
-	if _, err := fake.Apply(ctx, tx); err != nil {
+	if _, err := fake.Apply(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
 	// A plain Notify trusts what was applied: nothing to send, nothing repaired.
@@ -297,7 +268,7 @@ func TestRunnerRepairsSuspectedDrift(t *testing.T) {
 	}
 	// The same again at once: this verification is spaced out after the last repair, and
 	// must still come.
-	if _, err := fake.Apply(ctx, tx); err != nil {
+	if _, err := fake.Apply(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
 	r.SuspectDrift()
@@ -351,4 +322,26 @@ func TestDriftFightSpacesRepairs(t *testing.T) {
 			last = now
 		}
 	}
+}
+
+// runWeb starts a Runner (stopped at the end of the test) over a fake kernel with one Service
+// "web" and one endpoint, and waits until that endpoint is programmed and the sync reported.
+func runWeb(t *testing.T, minSync time.Duration) (*locked, *model.Tracker, *recorder, *Runner, model.PortName) {
+	t.Helper()
+	fake := &locked{k: nft.NewFake()}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	rec := &recorder{}
+	r := NewRunner(newProxier(t, fake, tr, rec), RunConfig{MinSyncPeriod: minSync})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
+	r.Notify()
+	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
+	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
+	<-r.Synced()
+	return fake, tr, rec, r, pn
 }
