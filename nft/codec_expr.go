@@ -256,6 +256,9 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 		if e.Modulus == 0 {
 			return nil, fmt.Errorf("numgen modulus must be at least 1")
 		}
+		if len(e.Key) > 0 {
+			return nil, fmt.Errorf("dnat numgen with a key is not encoded for the kernel yet")
+		}
 		ref, err := c.sets(e.Map)
 		if err != nil {
 			return nil, err
