@@ -94,6 +94,9 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if x.WithPort {
 				want = append(want, TypeInetService)
 			}
+			if len(x.Key) > 0 && s.Interval {
+				return bad(k, "map %s: a numgen map with a key must not be an interval map", s.Name)
+			}
 			key := x.numgenMapKey(fam)
 			if !slices.Equal(s.Key, key) || !slices.Equal(s.Data, want) {
 				return bad(k, "map %s is %v : %v, dnat numgen needs %v : %v", s.Name, s.Key, s.Data, key, want)
