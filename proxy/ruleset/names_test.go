@@ -96,7 +96,7 @@ func TestNamesStayUniqueWhenCutOrSanitised(t *testing.T) {
 		{pn("ns", strings.Repeat("日", 100), "p", model.TCP), pn("ns", strings.Repeat("本", 100), "p", model.TCP)}, // cut and sanitised
 	}
 	for _, p := range pairs {
-		for _, f := range []func(model.PortName) string{ServiceChain, ExternalChain, EndpointMap, LocalChain, LocalEndpointMap, FirewallChain, SourceRangesSet} {
+		for _, f := range []func(model.PortName) string{ServiceChain, ExternalChain, LocalChain, FirewallChain, SourceRangesSet} {
 			a, b := f(p[0]), f(p[1])
 			if a == b {
 				t.Errorf("%q and %q share the name %q", p[0], p[1], a)
