@@ -280,11 +280,6 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 	w.u32(unix.NFTA_SET_FLAGS, flags)
 	w.u32(unix.NFTA_SET_KEY_TYPE, keyID)
 	w.u32(unix.NFTA_SET_KEY_LEN, uint32(keyLen))
-	udata := codecUdataU32(nil, codecUdataSetKeyOrder, codecKeyByteOrder(s.Key, s.Interval))
-	typeofKey := codecTypeofKeyed(s)
-	if typeofKey {
-		udata = codecTypeofUdata(udata, s, info.modulus)
-	}
 	if s.IsVerdictMap() {
 		w.u32(unix.NFTA_SET_DATA_TYPE, unix.NFT_DATA_VERDICT)
 	} else if s.IsMap() {
@@ -295,9 +290,6 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 		dataLen, _ := codecTypesLen(s.Data)
 		w.u32(unix.NFTA_SET_DATA_TYPE, dataID)
 		w.u32(unix.NFTA_SET_DATA_LEN, uint32(dataLen))
-		if !typeofKey {
-			udata = codecUdataU32(udata, codecUdataSetDataOrder, codecKeyByteOrder(s.Data, false))
-		}
 	}
 	if s.Timeout > 0 {
 		w.u64(unix.NFTA_SET_TIMEOUT, uint64(s.Timeout.Milliseconds()))
@@ -316,12 +308,25 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 		w.endNest(c)
 		w.endNest(d)
 	}
+	w.attr(unix.NFTA_SET_USERDATA, codecSetUdata(s, info.modulus))
+	w.endMsg(m)
+	return nil
+}
+
+// codecSetUdata is the userdata nft writes for set s: key byte order, then for a typeof-keyed
+// set (mod: its numgen modulus) the typeof descriptions, else for a map its data byte order;
+// then the comment.
+func codecSetUdata(s *Set, mod uint32) []byte {
+	udata := codecUdataU32(nil, codecUdataSetKeyOrder, codecKeyByteOrder(s.Key, s.Interval))
+	if codecTypeofKeyed(s) {
+		udata = codecTypeofUdata(udata, s, mod)
+	} else if s.IsMap() && !s.IsVerdictMap() {
+		udata = codecUdataU32(udata, codecUdataSetDataOrder, codecKeyByteOrder(s.Data, false))
+	}
 	if s.Comment != "" {
 		udata = codecUdataString(udata, codecUdataSetComment, s.Comment)
 	}
-	w.attr(unix.NFTA_SET_USERDATA, udata)
-	w.endMsg(m)
-	return nil
+	return udata
 }
 
 // element appends one element to the open element-list message for its set and verb, starting a
