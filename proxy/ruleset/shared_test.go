@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -248,6 +249,34 @@ func TestSharedModeDistribution(t *testing.T) {
 					t.Errorf("%s with probability %.4f, want 1/%d (all: %v)", d, p, len(c.want), got)
 				}
 			}
+		})
+	}
+}
+
+// TestSharedModeSourceRanges: a shared-mode LoadBalancer IP with loadBalancerSourceRanges goes
+// through its own fw- chain, then where it would go without ranges (masq-pick-N, local-M-of-N).
+func TestSharedModeSourceRanges(t *testing.T) {
+	ranges := []netip.Prefix{netip.MustParsePrefix("198.18.1.0/28")}
+	for _, c := range []struct {
+		name  string
+		local bool
+		in    outcome
+	}{
+		{"externalTrafficPolicy Cluster", false, outcome{"accept", ep12, true}},
+		{"externalTrafficPolicy Local", true, outcome{"accept", ep1, false}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			svc := webPort(func(sp *model.ServicePort) { sp.LoadBalancerSourceRanges, sp.ExternalTrafficLocal = ranges, c.local })
+			rs := policyBuilder(t).Ruleset(testNode(), []*model.Service{svc})
+			if !slices.ContainsFunc(rs.Chains, func(ch nft.Chain) bool { return ch.Name == FirewallChain(svc.Ports[0].Name) }) {
+				t.Fatalf("no fw- chain in %v", rs.Chains)
+			}
+			runTraces(t, newTracer(t, rs, nodeIP, nodeBridge), []traceCase{
+				{"source in range", tcp(client, lbIP, 80), c.in},
+				{"source outside the ranges: dropped", tcp(outsider, lbIP, 80), dropped},
+				{"external IP not filtered", tcp(outsider, extIP, 80), c.in},
+				{"ClusterIP not filtered", tcp(outsider, webIP, 80), outcome{"accept", ep12, true}},
+			})
 		})
 	}
 }
