@@ -88,6 +88,16 @@ func codecKeyLoads(fam Family, fields []Field, interval bool) ([]expr.Any, error
 	return out, nil
 }
 
+// codecKeyWords is how many 32-bit register words a concatenation of fields takes.
+func codecKeyWords(fam Family, fields []Field) int {
+	w := 0
+	for _, f := range fields {
+		ti, _ := codecType(f.Type(fam))
+		w += codecPad4(ti.len) / 4
+	}
+	return w
+}
+
 // codecFieldBytes encodes v as field f stores it in a register (compare operand).
 func codecFieldBytes(fam Family, f Field, v Value) ([]byte, error) {
 	want := f.Type(fam)
@@ -256,19 +266,35 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 		if e.Modulus == 0 {
 			return nil, fmt.Errorf("numgen modulus must be at least 1")
 		}
+		if !ValidNumgenKey(e.Key) {
+			return nil, fmt.Errorf("dnat numgen key fields %v: use none, %v or %v", e.Key, DNATNumgenKeyAddr, DNATNumgenKeyPort)
+		}
 		ref, err := c.sets(e.Map)
 		if err != nil {
 			return nil, err
+		}
+		var out []expr.Any
+		words := 0
+		if len(e.Key) > 0 {
+			if ref.interval {
+				return nil, fmt.Errorf("map %s: a numgen map with a key must not be an interval map", e.Map)
+			}
+			// The fields then the random number, one concatenation from register 1 on, as nft
+			// allocates it: ip "daddr . l4proto . dport . numgen" in registers 1, 9, 10, 11.
+			if out, err = codecKeyLoads(fam, e.Key, false); err != nil {
+				return nil, err
+			}
+			words = codecKeyWords(fam, e.Key)
 		}
 		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1}
 		if e.WithPort {
 			nat.RegProtoMin, nat.Specified = codecReg(codecAddrLen(fam)/4), true
 		}
-		return []expr.Any{
-			&expr.Numgen{Register: 1, Modulus: e.Modulus, Type: unix.NFT_NG_RANDOM},
+		return append(out,
+			&expr.Numgen{Register: codecReg(words), Modulus: e.Modulus, Type: unix.NFT_NG_RANDOM},
 			&expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: 1, SetName: e.Map, SetID: ref.id},
 			nat,
-		}, nil
+		), nil
 	case NumgenMatch:
 		// A zero modulus is sent as is: the kernel refuses it with ERANGE, as the fake does.
 		return []expr.Any{

@@ -280,11 +280,6 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 	w.u32(unix.NFTA_SET_FLAGS, flags)
 	w.u32(unix.NFTA_SET_KEY_TYPE, keyID)
 	w.u32(unix.NFTA_SET_KEY_LEN, uint32(keyLen))
-	udata := codecUdataU32(nil, codecUdataSetKeyOrder, codecKeyByteOrder(s.Key, s.Interval))
-	if len(s.Key) == 1 && s.Key[0] == TypeInteger {
-		udata = codecTypeofNumgen(udata, info.modulus)
-		udata = codecTypeofData(udata, b.fam, s)
-	}
 	if s.IsVerdictMap() {
 		w.u32(unix.NFTA_SET_DATA_TYPE, unix.NFT_DATA_VERDICT)
 	} else if s.IsMap() {
@@ -295,9 +290,6 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 		dataLen, _ := codecTypesLen(s.Data)
 		w.u32(unix.NFTA_SET_DATA_TYPE, dataID)
 		w.u32(unix.NFTA_SET_DATA_LEN, uint32(dataLen))
-		if !codecIntegerKeyed(s) {
-			udata = codecUdataU32(udata, codecUdataSetDataOrder, codecKeyByteOrder(s.Data, false))
-		}
 	}
 	if s.Timeout > 0 {
 		w.u64(unix.NFTA_SET_TIMEOUT, uint64(s.Timeout.Milliseconds()))
@@ -316,87 +308,25 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 		w.endNest(c)
 		w.endNest(d)
 	}
-	if s.Comment != "" {
-		udata = codecUdataString(udata, codecUdataSetComment, s.Comment)
-	}
-	w.attr(unix.NFTA_SET_USERDATA, udata)
+	w.attr(unix.NFTA_SET_USERDATA, codecSetUdata(s, info.modulus))
 	w.endMsg(m)
 	return nil
 }
 
-// codecTypeofNumgen appends the "typeof numgen random mod N" key description nft needs to list
-// (and re-read) a map keyed by integers: nft refuses "type integer" in a map declaration.
-func codecTypeofNumgen(b []byte, mod uint32) []byte {
-	const (
-		udataTypeof     = 3  // NFTNL_UDATA_SET_KEY_TYPEOF
-		udataTypeofExpr = 0  // NFTNL_UDATA_SET_TYPEOF_EXPR
-		udataTypeofData = 1  // NFTNL_UDATA_SET_TYPEOF_DATA
-		nftExprNumgen   = 23 // nft's EXPR_NUMGEN
-	)
-	if mod == 0 {
-		mod = 1
+// codecSetUdata is the userdata nft writes for set s: key byte order, then for a typeof-keyed
+// set (mod: its numgen modulus) the typeof descriptions, else for a map its data byte order;
+// then the comment.
+func codecSetUdata(s *Set, mod uint32) []byte {
+	udata := codecUdataU32(nil, codecUdataSetKeyOrder, codecKeyByteOrder(s.Key, s.Interval))
+	if codecTypeofKeyed(s) {
+		udata = codecTypeofUdata(udata, s, mod)
+	} else if s.IsMap() && !s.IsVerdictMap() {
+		udata = codecUdataU32(udata, codecUdataSetDataOrder, codecKeyByteOrder(s.Data, false))
 	}
-	ng := codecUdataU32(nil, 0, unix.NFT_NG_RANDOM) // NFTNL_UDATA_NUMGEN_TYPE
-	ng = codecUdataU32(ng, 1, mod)                  // NFTNL_UDATA_NUMGEN_MODULUS
-	ng = codecUdataU32(ng, 2, 0)                    // NFTNL_UDATA_NUMGEN_OFFSET
-	t := codecUdataU32(nil, udataTypeofExpr, nftExprNumgen)
-	t = append(append(t, udataTypeofData, byte(len(ng))), ng...)
-	return append(append(b, udataTypeof, byte(len(t))), t...)
-}
-
-func codecIntegerKeyed(s *Set) bool { return len(s.Key) == 1 && s.Key[0] == TypeInteger && s.IsMap() }
-
-// codecTypeofData appends, for a map with a typeof (integer) key, the value's byte order and its
-// "typeof" description as nft writes them: nft reads a typeof key only together with a typeof
-// value. Values are described as the expressions nftproxy fills them from: "verdict",
-// "ip daddr" / "ip6 daddr", "th dport".
-func codecTypeofData(b []byte, fam Family, s *Set) []byte {
-	const (
-		udataDataTypeof   = 4  // NFTNL_UDATA_SET_DATA_TYPEOF
-		udataDataInterval = 6  // NFTNL_UDATA_SET_DATA_INTERVAL
-		nftExprVerdict    = 1  // nft's EXPR_VERDICT
-		nftExprPayload    = 7  // EXPR_PAYLOAD
-		nftExprConcat     = 13 // EXPR_CONCAT
-		nftProtoTH        = 11 // PROTO_DESC_TH
-		nftProtoIP        = 12 // PROTO_DESC_IP
-		nftProtoIP6       = 13 // PROTO_DESC_IP6
-		nftThDport        = 2  // THDR_DPORT
-		nftIPDaddr        = 12 // IPHDR_DADDR
-		nftIP6Daddr       = 9  // IP6HDR_DADDR
-	)
-	if !codecIntegerKeyed(s) {
-		return b
+	if s.Comment != "" {
+		udata = codecUdataString(udata, codecUdataSetComment, s.Comment)
 	}
-	nested := func(typ byte, inner []byte) []byte { return append([]byte{typ, byte(len(inner))}, inner...) }
-	exprUdata := func(etype uint32, data []byte) []byte {
-		return append(codecUdataU32(nil, 0, etype), nested(1, data)...)
-	}
-	payload := func(t Type) []byte {
-		desc, field := uint32(nftProtoTH), uint32(nftThDport)
-		switch t {
-		case TypeIPv4Addr:
-			desc, field = nftProtoIP, nftIPDaddr
-		case TypeIPv6Addr:
-			desc, field = nftProtoIP6, nftIP6Daddr
-		}
-		return exprUdata(nftExprPayload, codecUdataU32(codecUdataU32(nil, 0, desc), 1, field))
-	}
-	var typeof []byte
-	switch {
-	case s.IsVerdictMap():
-		typeof = exprUdata(nftExprVerdict, nil)
-	case len(s.Data) == 1:
-		typeof = payload(s.Data[0])
-	default:
-		var list []byte
-		for i, t := range s.Data {
-			list = append(list, nested(byte(i), payload(t))...)
-		}
-		typeof = exprUdata(nftExprConcat, list)
-	}
-	b = codecUdataU32(b, codecUdataSetDataOrder, codecKeyByteOrder(s.Data, false))
-	b = append(b, nested(udataDataTypeof, typeof)...)
-	return codecUdataU32(b, udataDataInterval, 0)
+	return udata
 }
 
 // element appends one element to the open element-list message for its set and verb, starting a

@@ -238,20 +238,12 @@ func decodeShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr, int)
 			}
 			return NumgenMatch{Modulus: e.Modulus, Value: v}, 2
 		}
-		l, ok1 := at(1).(*expr.Lookup)
-		nat, ok2 := at(2).(*expr.NAT)
-		if !ok1 || !ok2 || e.Register != 1 || e.Type != unix.NFT_NG_RANDOM || e.Offset != 0 ||
-			l.SourceRegister != 1 || !l.IsDestRegSet || l.DestRegister != 1 || l.Invert || !decodeNATPlain(nat) {
+		if e.Register != 1 {
 			return nil, 0
 		}
-		d := DNATNumgen{Modulus: e.Modulus, Map: l.SetName}
-		if nat.RegProtoMin != 0 {
-			if nat.RegProtoMin != codecReg(codecAddrLen(fam)/4) {
-				return nil, 0
-			}
-			d.WithPort = true
+		if d, k := decodeDNATNumgen(fam, e, raws[1:]); k > 0 {
+			return d, 1 + k
 		}
-		return d, 3
 	case *expr.Reject:
 		switch {
 		case e.Type == unix.NFT_REJECT_TCP_RST:
@@ -296,6 +288,16 @@ func decodeFieldShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr,
 	fields, n := decodeLoads(fam, raws)
 	if len(fields) > 0 && n < len(raws) {
 		switch e := raws[n].e.(type) {
+		case *expr.Numgen:
+			// "dnat to <fields> . numgen random mod N map @m": loads without byteorder, the
+			// number in the next register word.
+			if n != len(fields) || e.Register != codecReg(codecKeyWords(fam, fields)) {
+				break
+			}
+			if d, k := decodeDNATNumgen(fam, e, raws[n+1:]); k > 0 {
+				d.Key = fields
+				return d, n + 1 + k
+			}
 		case *expr.Lookup:
 			if e.SourceRegister != 1 {
 				break
@@ -451,4 +453,26 @@ func decodeNATPlain(nat *expr.NAT) bool {
 		(nat.RegProtoMax == 0 || nat.RegProtoMax == nat.RegProtoMin) &&
 		nat.Specified == (nat.RegProtoMin != 0) &&
 		!nat.Random && !nat.FullyRandom && !nat.Persistent && !nat.Prefix
+}
+
+// decodeDNATNumgen matches what follows a random numgen in "dnat to [fields .] numgen random mod
+// N map @m": a lookup of the key from register 1 into register 1, then dnat from register 1 (and
+// the port from the register after the address). k is the number of raw exprs used after ng.
+func decodeDNATNumgen(fam Family, ng *expr.Numgen, rest []decodeRaw) (d DNATNumgen, k int) {
+	if len(rest) < 2 || ng.Type != unix.NFT_NG_RANDOM || ng.Offset != 0 {
+		return d, 0
+	}
+	l, ok1 := rest[0].e.(*expr.Lookup)
+	nat, ok2 := rest[1].e.(*expr.NAT)
+	if !ok1 || !ok2 || l.SourceRegister != 1 || !l.IsDestRegSet || l.DestRegister != 1 || l.Invert || !decodeNATPlain(nat) {
+		return d, 0
+	}
+	d = DNATNumgen{Modulus: ng.Modulus, Map: l.SetName}
+	if nat.RegProtoMin != 0 {
+		if nat.RegProtoMin != codecReg(codecAddrLen(fam)/4) {
+			return DNATNumgen{}, 0
+		}
+		d.WithPort = true
+	}
+	return d, 2
 }

@@ -145,7 +145,7 @@ func (k *Kernel) dumpSets(ctx context.Context, t Table) ([]Set, error) {
 		if ud, ok := a[unix.NFTA_SET_USERDATA]; ok {
 			u := decodeUdata(ud)
 			s.Comment = decodeUdataString(u[codecUdataSetComment])
-			s.NumgenKey = decodeNumgenTypeof(u[3]) // NFTNL_UDATA_SET_KEY_TYPEOF
+			s.NumgenKey = decodeNumgenTypeof(u[typeofUdataKey])
 		}
 		out = append(out, s)
 		return nil
@@ -334,14 +334,4 @@ func decodeU32Host(b []byte) (uint32, bool) {
 		return 0, false
 	}
 	return binary.NativeEndian.Uint32(b), true
-}
-
-// decodeNumgenTypeof returns N of a "typeof numgen random mod N" key description, or 0.
-func decodeNumgenTypeof(b []byte) uint32 {
-	t := decodeUdata(b)
-	if v, ok := decodeU32Host(t[0]); !ok || v != 23 { // nft's EXPR_NUMGEN
-		return 0
-	}
-	mod, _ := decodeU32Host(decodeUdata(t[1])[1]) // NFTNL_UDATA_NUMGEN_MODULUS
-	return mod
 }

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -122,10 +123,39 @@ type DNAT struct {
 // DNATNumgen picks an endpoint at random: "dnat to numgen random mod N map @m". The map is keyed by
 // integer 0..N-1; its data is an address (WithPort false: the destination port is kept) or
 // "address . inet_service" (WithPort true).
+//
+// With Key, the map key is the concatenation of those packet fields followed by the random
+// number: "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod N map @m". One
+// shared map then serves every frontend (the packet's own address, protocol and port select
+// its slots), so no per-Service map is needed. The map's Key is the fields' types then
+// TypeInteger. Allowed keys are DNATNumgenKeyAddr and DNATNumgenKeyPort (see ValidNumgenKey).
 type DNATNumgen struct {
 	Modulus  uint32
 	Map      string
 	WithPort bool
+	Key      []Field
+}
+
+// The two packet-field keys a DNATNumgen may put before its random number: a Service address
+// frontend (ClusterIP, load-balancer or external IP) and a node port (any local address).
+var (
+	DNATNumgenKeyAddr = []Field{FieldDaddr, FieldL4Proto, FieldDport}
+	DNATNumgenKeyPort = []Field{FieldL4Proto, FieldDport}
+)
+
+// ValidNumgenKey reports whether key is one of the DNATNumgen keys the codec, the Fake and the
+// renderer support: empty, DNATNumgenKeyAddr or DNATNumgenKeyPort.
+func ValidNumgenKey(key []Field) bool {
+	return len(key) == 0 || slices.Equal(key, DNATNumgenKeyAddr) || slices.Equal(key, DNATNumgenKeyPort)
+}
+
+// numgenMapKey is the key type a DNATNumgen's map must have in a table of family f.
+func (d DNATNumgen) numgenMapKey(f Family) []Type {
+	out := make([]Type, 0, len(d.Key)+1)
+	for _, fl := range d.Key {
+		out = append(out, fl.Type(f))
+	}
+	return append(out, TypeInteger)
 }
 
 // Reject answers the packet: a TCP reset (TCPReset) or an ICMP/ICMPv6 port unreachable.

@@ -71,6 +71,7 @@ func confCases() []confCase {
 	cases = append(cases, confRuleCases()...)
 	cases = append(cases, confTxCases()...)
 	cases = append(cases, confAffinityCases()...)
+	cases = append(cases, confNumgenKeyCases()...)
 	return cases
 }
 

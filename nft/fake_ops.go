@@ -290,6 +290,9 @@ func fakeCopyExprs(in []Expr) []Expr {
 		case SetUpdate:
 			x.Fields = slices.Clone(x.Fields)
 			e = x
+		case DNATNumgen:
+			x.Key = slices.Clone(x.Key)
+			e = x
 		}
 		out[k] = e
 	}

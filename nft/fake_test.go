@@ -195,3 +195,53 @@ func BenchmarkFakeServiceMap(b *testing.B) {
 		}
 	}
 }
+
+// TestFakeNumgenKeyedMap checks the Fake's rules for a DNATNumgen with a packet-field key: the
+// map's key must be those fields' types then integer, and only the two supported keys are taken.
+func TestFakeNumgenKeyedMap(t *testing.T) {
+	addrKey := []Type{TypeIPv4Addr, TypeInetProto, TypeInetService, TypeInteger}
+	data := []Type{TypeIPv4Addr, TypeInetService}
+	setup := []confBuild{add(&TableObj{}), add(ch("a")),
+		add(&Set{Name: "endpoints", Key: addrKey, Data: data, NumgenKey: 1}),
+		add(&Set{Name: "nodeport-endpoints", Key: []Type{TypeInetProto, TypeInetService, TypeInteger}, Data: data, NumgenKey: 1}),
+		add(&Set{Name: "ep", Key: []Type{TypeInteger}, Data: data, NumgenKey: 2})}
+	tests := []struct {
+		name  string
+		op    confBuild
+		errno syscall.Errno // 0: accepted
+	}{
+		{"address key", add(rule("a", "", DNATNumgen{Modulus: 3, Map: "endpoints", WithPort: true, Key: DNATNumgenKeyAddr})), 0},
+		{"node-port key", add(rule("a", "", DNATNumgen{Modulus: 3, Map: "nodeport-endpoints", WithPort: true, Key: DNATNumgenKeyPort})), 0},
+		{"element", add(&Element{Set: "endpoints", Key: key(v("198.18.0.1"), Proto(6), Port(80), Int(0)), Data: key(v("198.18.1.1"), Port(8080))}), 0},
+		{"element without slot", add(&Element{Set: "endpoints", Key: key(v("198.18.0.1"), Proto(6), Port(80)), Data: key(v("198.18.1.1"), Port(8080))}), syscall.EINVAL},
+		{"address key on the node-port map", add(rule("a", "", DNATNumgen{Modulus: 3, Map: "nodeport-endpoints", WithPort: true, Key: DNATNumgenKeyAddr})), syscall.EINVAL},
+		{"key on an integer map", add(rule("a", "", DNATNumgen{Modulus: 2, Map: "ep", WithPort: true, Key: DNATNumgenKeyPort})), syscall.EINVAL},
+		{"no key on a keyed map", add(rule("a", "", DNATNumgen{Modulus: 2, Map: "endpoints", WithPort: true})), syscall.EINVAL},
+		{"unsupported key", add(rule("a", "", DNATNumgen{Modulus: 2, Map: "nodeport-endpoints", WithPort: true, Key: []Field{FieldL4Proto, FieldSport}})), syscall.EINVAL},
+		{"modulus 0", add(rule("a", "", DNATNumgen{Map: "endpoints", WithPort: true, Key: DNATNumgenKeyAddr})), syscall.ERANGE},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := NewFake()
+			fakeMust(t, f, setup...)
+			err := fakeApply(t, f, tt.op)
+			if tt.errno == 0 && err != nil || tt.errno != 0 && !errors.Is(err, tt.errno) {
+				t.Errorf("got %v, want errno %v", err, tt.errno)
+			}
+		})
+	}
+}
+
+// TestFakeCopiesNumgenKey checks that the Fake keeps its own copy of a DNATNumgen's Key.
+func TestFakeCopiesNumgenKey(t *testing.T) {
+	f := NewFake()
+	k := []Field{FieldL4Proto, FieldDport}
+	fakeMust(t, f, add(&TableObj{}), add(ch("a")),
+		add(&Set{Name: "m", Key: []Type{TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{TypeIPv4Addr}, NumgenKey: 1}),
+		add(rule("a", "", DNATNumgen{Modulus: 1, Map: "m", Key: k})))
+	before := confState(t, f)
+	k[0] = FieldSaddr
+	if after := confState(t, f); after != before {
+		t.Errorf("state changed with the caller's Key:\n%s", renderLineDiff(before, after))
+	}
+}

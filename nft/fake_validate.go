@@ -87,12 +87,19 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if err != nil {
 				return err
 			}
+			if !ValidNumgenKey(x.Key) {
+				return bad(k, "dnat numgen key fields %v: use none, %v or %v", x.Key, DNATNumgenKeyAddr, DNATNumgenKeyPort)
+			}
 			want := []Type{fam.AddrType()}
 			if x.WithPort {
 				want = append(want, TypeInetService)
 			}
-			if !slices.Equal(s.Key, []Type{TypeInteger}) || !slices.Equal(s.Data, want) {
-				return bad(k, "map %s is %v : %v, dnat numgen needs [integer] : %v", s.Name, s.Key, s.Data, want)
+			if len(x.Key) > 0 && s.Interval {
+				return bad(k, "map %s: a numgen map with a key must not be an interval map", s.Name)
+			}
+			key := x.numgenMapKey(fam)
+			if !slices.Equal(s.Key, key) || !slices.Equal(s.Data, want) {
+				return bad(k, "map %s is %v : %v, dnat numgen needs %v : %v", s.Name, s.Key, s.Data, key, want)
 			}
 		case NumgenMatch:
 			if x.Modulus == 0 {

@@ -330,8 +330,8 @@ func (k *Kernel) ListTables(ctx context.Context, f Family) ([]string, error) {
 }
 
 // codecNumgenModuli finds, for each integer-keyed map added by tx, the modulus of the numgen that
-// fills its key: Set.NumgenKey if given, else from a DNATNumgen rule of tx naming it, else one
-// more than its largest key in tx.
+// fills its key (its last key field): Set.NumgenKey if given, else from a DNATNumgen rule of tx
+// naming it, else one more than its largest slot in tx.
 func codecNumgenModuli(tx *Transaction, sets map[kernelSetKey]*codecSetInfo) {
 	for _, op := range tx.Ops {
 		if r, ok := op.Object.(*Rule); ok {
@@ -345,9 +345,10 @@ func codecNumgenModuli(tx *Transaction, sets map[kernelSetKey]*codecSetInfo) {
 		}
 	}
 	for _, op := range tx.Ops {
-		if el, ok := op.Object.(*Element); ok && op.Verb == VerbAdd && len(el.Key) == 1 {
-			if s := sets[kernelSetKey{kernelOpTable(tx, op), el.Set}]; s != nil && s.set.NumgenKey == 0 && el.Key[0].Type == TypeInteger && s.modulus <= el.Key[0].Num {
-				s.modulus = el.Key[0].Num + 1
+		if el, ok := op.Object.(*Element); ok && op.Verb == VerbAdd && len(el.Key) > 0 {
+			slot := el.Key[len(el.Key)-1]
+			if s := sets[kernelSetKey{kernelOpTable(tx, op), el.Set}]; s != nil && s.set.NumgenKey == 0 && slot.Type == TypeInteger && s.modulus <= slot.Num {
+				s.modulus = slot.Num + 1
 			}
 		}
 	}

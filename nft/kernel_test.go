@@ -55,6 +55,8 @@ func kernelBaseTx(fam Family) *Transaction {
 	tx.Add(&Set{Name: "lb-a", Key: []Type{TypeInteger}, Data: []Type{TypeVerdict}, NumgenKey: 2})
 	tx.Add(&Set{Name: "ep-a", Key: []Type{TypeInteger}, Data: []Type{a, TypeInetService}, NumgenKey: 3})
 	tx.Add(&Set{Name: "ep-b", Key: []Type{TypeInteger}, Data: []Type{a}, NumgenKey: 2})
+	tx.Add(&Set{Name: "endpoints", Key: []Type{a, TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{a, TypeInetService}, NumgenKey: 1})
+	tx.Add(&Set{Name: "nodeport-endpoints", Key: []Type{TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{a}, NumgenKey: 1})
 	return tx
 }
 
@@ -133,6 +135,12 @@ func kernelShapes() []kernelShape {
 		{"dnat-numgen", "svc-a", func(Family) []Expr { return []Expr{DNATNumgen{Modulus: 2, Map: "ep-b"}} }},
 		{"dnat-numgen-port", "svc-a", func(Family) []Expr {
 			return []Expr{Cmp{Field: FieldL4Proto, Value: Proto(unix.IPPROTO_TCP)}, DNATNumgen{Modulus: 3, Map: "ep-a", WithPort: true}}
+		}},
+		{"dnat-numgen-key-addr", "svc-a", func(Family) []Expr {
+			return []Expr{DNATNumgen{Modulus: 3, Map: "endpoints", WithPort: true, Key: DNATNumgenKeyAddr}}
+		}},
+		{"dnat-numgen-key-port", "svc-a", func(Family) []Expr {
+			return []Expr{DNATNumgen{Modulus: 2, Map: "nodeport-endpoints", Key: DNATNumgenKeyPort}}
 		}},
 		{"reject-icmp", "filter-input", func(Family) []Expr { return []Expr{Reject{}} }},
 		{"reject-tcp", "filter-input", func(Family) []Expr { return []Expr{tcp, Reject{TCPReset: true}} }},
@@ -330,6 +338,8 @@ func kernelShapeElements(fam Family) []Object {
 		&Element{Set: "ep-a", Key: []Value{Int(0)}, Data: []Value{a("198.19.0.1", "fd00::1"), Port(8080)}},
 		&Element{Set: "ep-a", Key: []Value{Int(1)}, Data: []Value{a("198.19.0.2", "fd00::2"), Port(8080)}},
 		&Element{Set: "ep-b", Key: []Value{Int(0)}, Data: []Value{a("198.19.0.1", "fd00::1")}},
+		&Element{Set: "endpoints", Key: []Value{a("198.18.0.10", "fd00::10"), tcp, Port(80), Int(2)}, Data: []Value{a("198.19.0.1", "fd00::1"), Port(8080)}},
+		&Element{Set: "nodeport-endpoints", Key: []Value{udp, Port(30053), Int(0)}, Data: []Value{a("198.19.0.1", "fd00::1")}},
 	}
 }
 

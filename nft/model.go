@@ -145,11 +145,14 @@ type Set struct {
 	// Dynamic lets rules add elements from the packet path (update @set { ... }).
 	Dynamic bool
 	Comment string
-	// NumgenKey, when non-zero, says the key is the result of "numgen random mod NumgenKey"
-	// (Key must be []Type{TypeInteger}) and Data is an address, or "address . inet_service".
-	// nft can list and re-read an integer-keyed map only in its typeof form
-	// ("typeof numgen random mod 2 : ip daddr . th dport"), so the kernel layer records those
-	// typeof expressions in the set's userdata exactly as nft does (see typeof.go).
+	// NumgenKey, when non-zero, says the key's last field is the result of "numgen random mod
+	// NumgenKey" (the last Key type is TypeInteger) and Data is an address, or "address .
+	// inet_service". Fields before it are packet fields described by their type: address
+	// "ip daddr"/"ip6 daddr", inet_proto "meta l4proto", inet_service "th dport" (a
+	// DNATNumgen with Key). nft can list and re-read an integer-keyed map only in its typeof
+	// form ("typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th
+	// dport"), so the kernel layer records those typeof expressions in the set's userdata
+	// exactly as nft does (codec_objects.go). The modulus in a typeof is only a description.
 	NumgenKey uint32
 }
 

@@ -49,11 +49,18 @@ func renderExpr(f Family, e Expr) string {
 		if x.Modulus == 0 {
 			return renderLoud("bad-numgen", "numgen modulus 0")
 		}
+		if !ValidNumgenKey(x.Key) {
+			return renderLoud("bad-numgen-key", fmt.Sprintf("numgen map key fields %v", x.Key))
+		}
 		to := "dnat to"
 		if x.WithPort {
 			to = "dnat " + f.String() + " to"
 		}
-		return fmt.Sprintf("%s numgen random mod %d map @%s", to, x.Modulus, renderName(x.Map))
+		key := ""
+		if len(x.Key) > 0 {
+			key = renderFields(f, x.Key) + " . "
+		}
+		return fmt.Sprintf("%s %snumgen random mod %d map @%s", to, key, x.Modulus, renderName(x.Map))
 	case NumgenMatch:
 		if x.Modulus == 0 {
 			return renderLoud("bad-numgen", "numgen modulus 0")

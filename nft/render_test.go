@@ -47,6 +47,11 @@ func TestRenderExpr(t *testing.T) {
 		{IPv6, DNAT{Addr: ip("fd00::1"), Port: 8080}, "dnat to [fd00::1]:8080"},
 		{IPv4, DNATNumgen{Modulus: 3, Map: "ep-x"}, "dnat to numgen random mod 3 map @ep-x"},
 		{IPv6, DNATNumgen{Modulus: 3, Map: "ep-x", WithPort: true}, "dnat ip6 to numgen random mod 3 map @ep-x"},
+		{IPv4, DNATNumgen{Modulus: 3, Map: "endpoints", WithPort: true, Key: DNATNumgenKeyAddr}, "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @endpoints"},
+		{IPv6, DNATNumgen{Modulus: 2, Map: "endpoints", WithPort: true, Key: DNATNumgenKeyAddr}, "dnat ip6 to ip6 daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints"},
+		{IPv4, DNATNumgen{Modulus: 3, Map: "nodeport-endpoints", WithPort: true, Key: DNATNumgenKeyPort}, "dnat ip to meta l4proto . th dport . numgen random mod 3 map @nodeport-endpoints"},
+		{IPv4, DNATNumgen{Modulus: 1, Map: "e", Key: DNATNumgenKeyAddr}, "dnat to ip daddr . meta l4proto . th dport . numgen random mod 1 map @e"},
+		{IPv4, DNATNumgen{Modulus: 1, Map: "e", Key: []Field{FieldSaddr}}, `%bad-numgen-key% "numgen map key fields [1]"`},
 		{IPv4, Reject{}, "reject"},
 		{IPv4, Reject{TCPReset: true}, "reject with tcp reset"},
 		{IPv4, SetUpdate{Fields: []Field{FieldSaddr}, Set: "aff"}, "update @aff { ip saddr }"},
@@ -278,5 +283,31 @@ func TestRenderLoudFailures(t *testing.T) {
 				t.Errorf("nft -f accepted text that should fail:\n%s", text)
 			}
 		})
+	}
+}
+
+// TestRenderNumgenKeyedMap pins the typeof text of the shared endpoint maps (a packet-field key
+// ending in numgen), for both families, as nft 1.0.6 lists it.
+func TestRenderNumgenKeyedMap(t *testing.T) {
+	tests := []struct {
+		fam  Family
+		set  Set
+		want string
+	}{
+		{IPv4, Set{Name: "endpoints", Key: []Type{TypeIPv4Addr, TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{TypeIPv4Addr, TypeInetService}, NumgenKey: 1},
+			"typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport"},
+		{IPv6, Set{Name: "endpoints", Key: []Type{TypeIPv6Addr, TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{TypeIPv6Addr}, NumgenKey: 1},
+			"typeof ip6 daddr . meta l4proto . th dport . numgen random mod 1 : ip6 daddr"},
+		{IPv4, Set{Name: "nodeport-endpoints", Key: []Type{TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{TypeIPv4Addr, TypeInetService}, NumgenKey: 2},
+			"typeof meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport"},
+	}
+	for _, tt := range tests {
+		if got := renderSetType(tt.fam, &tt.set); got != tt.want {
+			t.Errorf("renderSetType(%s, %s):\ngot  %q\nwant %q", tt.fam, tt.set.Name, got, tt.want)
+		}
+	}
+	el := Element{Set: "endpoints", Key: key(v("198.18.0.1"), Proto(6), Port(80), Int(2)), Data: key(v("198.18.1.1"), Port(8080))}
+	if got, want := renderElement(el), "198.18.0.1 . tcp . 80 . 2 : 198.18.1.1 . 8080"; got != want {
+		t.Errorf("renderElement: got %q, want %q", got, want)
 	}
 }
