@@ -231,3 +231,17 @@ func TestFakeNumgenKeyedMap(t *testing.T) {
 		})
 	}
 }
+
+// TestFakeCopiesNumgenKey checks that the Fake keeps its own copy of a DNATNumgen's Key.
+func TestFakeCopiesNumgenKey(t *testing.T) {
+	f := NewFake()
+	k := []Field{FieldL4Proto, FieldDport}
+	fakeMust(t, f, add(&TableObj{}), add(ch("a")),
+		add(&Set{Name: "m", Key: []Type{TypeInetProto, TypeInetService, TypeInteger}, Data: []Type{TypeIPv4Addr}, NumgenKey: 1}),
+		add(rule("a", "", DNATNumgen{Modulus: 1, Map: "m", Key: k})))
+	before := confState(t, f)
+	k[0] = FieldSaddr
+	if after := confState(t, f); after != before {
+		t.Errorf("state changed with the caller's Key:\n%s", renderLineDiff(before, after))
+	}
+}

@@ -187,11 +187,15 @@ func (p *plan) emit(tx *nft.Transaction) {
 	for i := range p.addSets {
 		tx.Add(&p.addSets[i])
 	}
-	for i := range p.addElems {
-		tx.Add(&p.addElems[i])
-	}
+	// Rules before elements: a rule that binds a map from a chain that has not bound it yet
+	// makes the kernel walk every element of the map (nf_tables_bind_set checks each one), so a
+	// new chain referring to a large map costs a walk of what is already in it. Added first, it
+	// walks only what the map held before this transaction; the elements follow.
 	for i := range p.addRules {
 		tx.Add(&p.addRules[i])
+	}
+	for i := range p.addElems {
+		tx.Add(&p.addElems[i])
 	}
 	for _, n := range p.delChains {
 		tx.Delete(&nft.Chain{Name: n})

@@ -126,3 +126,26 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 	}
 	return "", false
 }
+
+// anotherChainOwner names an owner other than except that declares chain (the shared chains of
+// the layout), for tracing a refusal once except no longer declares it. It searches the
+// fragments: only when the first declarer of a shared chain goes away.
+func (tb *table) anotherChainOwner(chain, except string) string {
+	best := ""
+	for o, f := range tb.owners {
+		if o != except && declares(f, chain) && (best == "" || o < best) {
+			best = o
+		}
+	}
+	return best
+}
+
+// declares reports whether fragment f declares chain.
+func declares(f ruleset.Fragment, chain string) bool {
+	for i := range f.Chains {
+		if f.Chains[i].Chain.Name == chain {
+			return true
+		}
+	}
+	return false
+}

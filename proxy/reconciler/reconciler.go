@@ -46,6 +46,7 @@ type table struct {
 	// op can be traced to the Service it came from (elements carry theirs in the index).
 	// Kept up to date by Set: the cost is the fragment's, never the table's.
 	chainOwner, setOwner map[string]string
+	chainRefs            map[string]int // owners declaring each desired chain
 	desired              *index
 	applied              *index // nil: unknown, read the kernel on the next Commit
 	dirty                keys
@@ -65,7 +66,7 @@ func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...
 	r := &Reconciler{kernel: kernel, log: log, now: now}
 	for _, t := range tables {
 		r.tables = append(r.tables, &table{t: t, owners: map[string]ruleset.Fragment{},
-			chainOwner: map[string]string{}, setOwner: map[string]string{},
+			chainOwner: map[string]string{}, setOwner: map[string]string{}, chainRefs: map[string]int{},
 			desired: newIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
 	return r
@@ -91,24 +92,44 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 		tb.owners[owner] = f
 	}
 	d := tb.desired
-	newChains := map[string]bool{}
+	// A chain several owners declare (the layout's shared pick chains) stays while any of them
+	// wants it: chainRefs counts the owners declaring each name. Their definitions are the same
+	// function of the name; the last one set wins.
+	newChains := make(map[string]bool, len(f.Chains))
 	for i := range f.Chains {
 		c := f.Chains[i]
+		if newChains[c.Chain.Name] {
+			continue // declared twice by this owner: count it once
+		}
 		newChains[c.Chain.Name] = true
-		tb.chainOwner[c.Chain.Name] = owner
+		if !declares(old, c.Chain.Name) {
+			tb.chainRefs[c.Chain.Name]++
+			if _, ok := tb.chainOwner[c.Chain.Name]; !ok {
+				tb.chainOwner[c.Chain.Name] = owner
+			}
+		}
 		if cur, ok := d.chains[c.Chain.Name]; !ok || !sameChain(&cur.Chain, &c.Chain) || !sameRules(cur.Rules, c.Rules) {
 			d.putChain(&c)
 			tb.dirty.chains[c.Chain.Name] = true
 		}
 	}
+	oldChains := make(map[string]bool, len(old.Chains))
 	for _, c := range old.Chains {
-		if !newChains[c.Chain.Name] {
-			if tb.chainOwner[c.Chain.Name] == owner {
-				delete(tb.chainOwner, c.Chain.Name)
-			}
-			d.delChain(c.Chain.Name)
-			tb.dirty.chains[c.Chain.Name] = true
+		n := c.Chain.Name
+		if newChains[n] || oldChains[n] {
+			continue
 		}
+		oldChains[n] = true
+		if tb.chainRefs[n]--; tb.chainRefs[n] > 0 {
+			if tb.chainOwner[n] == owner {
+				tb.chainOwner[n] = tb.anotherChainOwner(n, owner)
+			}
+			continue
+		}
+		delete(tb.chainRefs, n)
+		delete(tb.chainOwner, n)
+		d.delChain(n)
+		tb.dirty.chains[n] = true
 	}
 	newSets := map[string]bool{}
 	for i := range f.Sets {
