@@ -15,7 +15,7 @@ import (
 // the Service keeps the destination port. Sorted by address and port, deduplicated.
 func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 	keepPort := sp.KeepsPort()
-	var eps []model.Endpoint
+	eps := make([]model.Endpoint, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		a := ep.Addr.Unmap()
 		if !a.IsValid() || a.Is4() != (b.cfg.Family == nft.IPv4) {
@@ -36,7 +36,7 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 		}
 		return eps[i].Port < eps[j].Port
 	})
-	var out []model.Endpoint
+	out := eps[:0] // in place: each kept endpoint is written at or before where it was read
 	for i, ep := range eps {
 		if i > 0 && ep.Addr == eps[i-1].Addr && ep.Port == eps[i-1].Port {
 			if ep.Ready && !out[len(out)-1].Ready {

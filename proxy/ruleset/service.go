@@ -2,6 +2,7 @@ package ruleset
 
 import (
 	"net/netip"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -122,6 +123,7 @@ func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePo
 	if !ok {
 		return
 	}
+	f.Elements = slices.Grow(f.Elements, b.elementCount(p))
 	for _, a := range p.cips {
 		f.Elements = append(f.Elements, nft.Element{Set: SetClusterIPs, Key: []nft.Value{nft.Addr(a)}})
 	}
@@ -143,15 +145,41 @@ func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePo
 	if p.fw {
 		b.firewall(f, node, p, b.externalTarget(f, p, addressFrontend))
 	}
-	seen := map[netip.Addr]bool{}
+	b.hairpin(f, p)
+}
+
+// hairpin adds "endpoint . endpoint" for every endpoint the port may pick, once each.
+func (b *Builder) hairpin(f *Fragment, p *portPlan) {
+	as := make([]netip.Addr, 0, len(p.cat.Cluster)+len(p.cat.Local))
 	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
 		for _, ep := range eps {
-			if !seen[ep.Addr] {
-				seen[ep.Addr] = true
-				f.Elements = append(f.Elements, nft.Element{Set: SetHairpin, Key: []nft.Value{nft.Addr(ep.Addr), nft.Addr(ep.Addr)}})
-			}
+			as = append(as, ep.Addr)
 		}
 	}
+	slices.SortFunc(as, netip.Addr.Compare)
+	as = slices.Compact(as)
+	keys := make([]nft.Value, 0, 2*len(as))
+	f.Elements = slices.Grow(f.Elements, len(as))
+	for i, a := range as {
+		keys = append(keys, nft.Addr(a), nft.Addr(a))
+		f.Elements = append(f.Elements, nft.Element{Set: SetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]})
+	}
+}
+
+// elementCount is about how many elements the port adds: cluster-ips, dispatch, slots and
+// hairpin. A full sync builds every Service's fragment: growing the slice element by element
+// was a large part of its garbage.
+func (b *Builder) elementCount(p *portPlan) int {
+	eps := len(p.cat.Cluster) + len(p.cat.Local)
+	external := len(p.lbIPs) + len(p.extIPs)
+	if b.nodePorts(p.sp) {
+		external++
+	}
+	n := 2*len(p.cips) + external + eps
+	if p.shared {
+		n += len(p.cips)*max(len(p.cat.Cluster), len(p.cat.Local)) + external*eps
+	}
+	return n
 }
 
 // internalTarget is the chain a ClusterIP a of the port goes to (its slots put in place in

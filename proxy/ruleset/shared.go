@@ -3,6 +3,7 @@ package ruleset
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
@@ -144,13 +145,17 @@ func (b *Builder) localOf(f *Fragment, k frontendKind, m, n int) string {
 	return name
 }
 
-// slots puts eps in the kind's (local) map as slots 0..len-1 under the frontend key front.
+// slots puts eps in the kind's (local) map as slots 0..len-1 under the frontend key front. The
+// keys and data of one frontend share two backing arrays (a full sync builds millions of them).
 func (b *Builder) slots(f *Fragment, k frontendKind, local bool, front []nft.Value, eps []model.Endpoint) {
 	m := k.endpointMap(local)
+	w := len(front) + 1
+	keys, data := make([]nft.Value, 0, w*len(eps)), make([]nft.Value, 0, 2*len(eps))
+	f.Elements = slices.Grow(f.Elements, len(eps))
 	for i, ep := range eps {
-		key := make([]nft.Value, 0, len(front)+1)
-		key = append(append(key, front...), nft.Int(uint32(i)))
-		f.Elements = append(f.Elements, nft.Element{Set: m, Key: key, Data: []nft.Value{nft.Addr(ep.Addr), nft.Port(ep.Port)}})
+		keys = append(append(keys, front...), nft.Int(uint32(i)))
+		data = append(data, nft.Addr(ep.Addr), nft.Port(ep.Port))
+		f.Elements = append(f.Elements, nft.Element{Set: m, Key: keys[i*w : (i+1)*w : (i+1)*w], Data: data[2*i : 2*i+2 : 2*i+2]})
 	}
 }
 
