@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
@@ -31,21 +32,24 @@ func kernels(t *testing.T, test func(t *testing.T, k nft.Interface)) {
 }
 
 // refusal makes the kernel truly refuse the ops of the Services it names, part-way through a
-// batch: on the fake with RefuseOp (every rule added to their service chain), on the real
-// kernel by rewriting the dispatch elements that go to their service chain, and the rules added
-// to it, into jumps to a chain that does not exist (the kernel answers ENOENT, and its extended
-// ack names the op).
+// batch: their dispatch elements (each names its Service port in its comment) and the rules of
+// their own chains (named after the port). On the fake with RefuseOp; on the real kernel by
+// rewriting those elements and rules into gotos to a chain that does not exist (the kernel
+// answers ENOENT, and its extended ack names the op).
 type refusal struct {
 	nft.Interface
-	mu     sync.Mutex
-	chains map[string]bool
+	mu    sync.Mutex
+	ports map[string]bool
 }
 
 func refuse(k nft.Interface) *refusal {
-	r := &refusal{Interface: k, chains: map[string]bool{}}
+	r := &refusal{Interface: k, ports: map[string]bool{}}
 	if f, ok := k.(*nft.Fake); ok {
 		f.RefuseOp = func(op nft.Op) syscall.Errno {
-			if rl, ok := op.Object.(*nft.Rule); ok && op.Verb == nft.VerbAdd && r.has(rl.Chain) {
+			if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && r.refused(e) {
+				return syscall.EPERM
+			}
+			if rl, ok := op.Object.(*nft.Rule); ok && op.Verb == nft.VerbAdd && r.ownChain(rl.Chain) {
 				return syscall.EPERM
 			}
 			return 0
@@ -58,16 +62,29 @@ func refuse(k nft.Interface) *refusal {
 func (r *refusal) set(names ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	clear(r.chains)
+	clear(r.ports)
 	for _, n := range names {
-		r.chains[ruleset.ServiceChain(portOf(n))] = true
+		r.ports[portOf(n).String()] = true
 	}
 }
 
-func (r *refusal) has(chain string) bool {
+// refused reports whether e is a dispatch element of a refused Service.
+func (r *refusal) refused(e *nft.Element) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.chains[chain]
+	return e.Verdict != nil && r.ports[e.Comment]
+}
+
+// ownChain reports whether chain is an own chain of a refused Service ("svc-HASH-<port>").
+func (r *refusal) ownChain(chain string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.ports {
+		if strings.HasSuffix(chain, "-"+p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *refusal) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
@@ -76,13 +93,13 @@ func (r *refusal) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, er
 	}
 	out := &nft.Transaction{Table: tx.Table, Ops: append([]nft.Op(nil), tx.Ops...)}
 	for i, op := range out.Ops {
-		if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && e.Verdict != nil && r.has(e.Verdict.Chain) {
+		if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && r.refused(e) {
 			bad, v := *e, *e.Verdict
 			v.Chain = "no-such-chain"
 			bad.Verdict = &v
 			out.Ops[i].Object = &bad
 		}
-		if rl, ok := op.Object.(*nft.Rule); ok && op.Verb == nft.VerbAdd && r.has(rl.Chain) {
+		if rl, ok := op.Object.(*nft.Rule); ok && op.Verb == nft.VerbAdd && r.ownChain(rl.Chain) {
 			bad := *rl
 			bad.Exprs = []nft.Expr{nft.Verdict{Kind: nft.VerdictJump, Chain: "no-such-chain"}}
 			out.Ops[i].Object = &bad
@@ -120,8 +137,8 @@ func (r *rejections) take() string {
 	return s
 }
 
-// programmed reports, from the kernel, which of names have their service chain and dispatch
-// element in place.
+// programmed reports, from the kernel, which of names have their dispatch element in place,
+// going to a chain that exists, with endpoints in its slots.
 func programmed(t *testing.T, k nft.Interface, names ...string) map[string]bool {
 	t.Helper()
 	rs, err := k.Dump(context.Background(), table4)
@@ -130,23 +147,23 @@ func programmed(t *testing.T, k nft.Interface, names ...string) map[string]bool 
 	}
 	out := map[string]bool{}
 	for _, n := range names {
-		chain := ruleset.ServiceChain(portOf(n))
+		d := dispatchOf(rs, portOf(n))
+		if d == nil {
+			out[n] = false
+			continue
+		}
 		hasChain := false
 		for _, c := range rs.Chains {
-			hasChain = hasChain || c.Name == chain
+			hasChain = hasChain || c.Name == d.Verdict.Chain
 		}
-		hasElem := false
-		for _, e := range rs.Elements[ruleset.MapServiceIPs] {
-			hasElem = hasElem || (e.Verdict != nil && e.Verdict.Chain == chain)
-		}
-		out[n] = hasChain && hasElem
+		out[n] = hasChain && len(slotsOf(rs, d)) > 0
 	}
 	return out
 }
 
 // matchesModel fails the test unless the kernel holds exactly a fresh build of the tracker's
 // model (refused Services are rejected there, so they have no objects): every other Service is
-// fully programmed, nothing of the refused one is left but an empty chain awaiting deletion.
+// fully programmed, nothing of the refused one is left (but chains awaiting deletion).
 func matchesModel(t *testing.T, k nft.Interface, tr *model.Tracker) {
 	t.Helper()
 	b, err := ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
@@ -230,7 +247,8 @@ func TestKernelRefusalIsolatesTheService(t *testing.T) {
 		addService(tr, "d", 3)
 		tr.UpsertEndpointSlice(slice("a", "198.18.128.99"))
 		k.set("bad", "c")
-		tr.UpsertEndpointSlice(slice("c", "198.18.128.98"))
+		// A second endpoint: c's dispatch element moves to another pick chain (an op to refuse).
+		tr.UpsertEndpointSlice(slice("c", "198.18.128.98", "198.18.128.96"))
 		if _, err := p.Sync(ctx, false); err != nil {
 			t.Fatalf("partial sync failed: %v", err)
 		}
@@ -373,7 +391,10 @@ func (c *counting) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, e
 
 // TestKernelTakesOutEveryRefusedServiceInOneRound: the kernel processes the whole batch and
 // reports every refused message, so Services refused together are taken out together: more of
-// them than the round bound, in one sync of two transactions.
+// them than the round bound, in one sync of two transactions. The refused Services have chains
+// of their own (ClientIP affinity): each rule is a message of its own. (Elements of one set
+// travel in one message, and the kernel stops that message at its first refused element: a
+// shared-mode Service whose only refused op is an element is reported alone per message.)
 func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
 	ns := netns.New(t, "nftp-iso")
 	raw, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
@@ -384,7 +405,7 @@ func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
 	k := refuse(raw)
 	c := &counting{Interface: k}
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
-	bad, names := addBadServices(tr, maxRefusals+3)
+	bad, names := addBadServices(tr, maxRefusals+3, affinity)
 	k.set(bad...)
 	if _, err := newProxier(t, c, tr, nil).Sync(context.Background(), true); err != nil {
 		t.Fatalf("sync: %v", err)
@@ -407,15 +428,25 @@ func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
 	matchesModel(t, raw, tr)
 }
 
-// addBadServices adds "good" and n Services "bad-0".. to tr; it returns the bad names and all
-// names.
-func addBadServices(tr *model.Tracker, n int) (bad, names []string) {
+// addBadServices adds "good" and n Services "bad-0".. to tr, the bad ones changed by mods; it
+// returns the bad names and all names.
+func addBadServices(tr *model.Tracker, n int, mods ...func(*corev1.Service)) (bad, names []string) {
 	for i := 0; i < n; i++ {
 		bad = append(bad, fmt.Sprintf("bad-%d", i))
 	}
 	for i, name := range append([]string{"good"}, bad...) {
-		addService(tr, name, i)
+		svc := service(name, fmt.Sprintf("198.19.0.%d", 10+i))
+		if name != "good" {
+			for _, m := range mods {
+				m(svc)
+			}
+		}
+		tr.UpsertService(svc)
+		tr.UpsertEndpointSlice(slice(name, fmt.Sprintf("198.18.128.%d", 10+i)))
 		names = append(names, name)
 	}
 	return bad, names
 }
+
+// affinity gives a Service ClientIP affinity: its ports get chains of their own.
+func affinity(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }

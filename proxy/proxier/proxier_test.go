@@ -2,6 +2,7 @@ package proxier
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -111,25 +112,38 @@ func (l *locked) ListTables(ctx context.Context, f nft.Family) ([]string, error)
 	return l.k.ListTables(ctx, f)
 }
 
-// endpointsOf reads, from the kernel, the DNAT destinations of a Service chain with one endpoint
-// or the data of its endpoint map.
+// endpointsOf reads, from the kernel, where the ClusterIP of a single-port Service sends new
+// connections: the endpoints in the slots of its dispatch key in the shared endpoint map.
 func endpointsOf(t *testing.T, k nft.Interface, pn model.PortName) []string {
 	rs, err := k.Dump(context.Background(), table4)
 	if err != nil {
 		return nil
 	}
 	var out []string
-	for _, e := range rs.Elements[ruleset.EndpointMap(pn)] {
-		out = append(out, e.Data[0].Addr.String())
-	}
-	for _, r := range rs.Rules {
-		if r.Chain != ruleset.ServiceChain(pn) {
-			continue
+	if d := dispatchOf(rs, pn); d != nil {
+		for _, e := range slotsOf(rs, d) {
+			out = append(out, e.Data[0].Addr.String())
 		}
-		for _, x := range r.Exprs {
-			if d, ok := x.(nft.DNAT); ok {
-				out = append(out, d.Addr.String())
-			}
+	}
+	return out
+}
+
+// dispatchOf is the ClusterIP dispatch element of pn (its comment names the port), or nil.
+func dispatchOf(rs *nft.Ruleset, pn model.PortName) *nft.Element {
+	for i, e := range rs.Elements[ruleset.MapServiceIPs] {
+		if e.Comment == pn.String() && e.Verdict != nil {
+			return &rs.Elements[ruleset.MapServiceIPs][i]
+		}
+	}
+	return nil
+}
+
+// slotsOf are the elements of the shared endpoint map under the dispatch element's key.
+func slotsOf(rs *nft.Ruleset, d *nft.Element) []nft.Element {
+	var out []nft.Element
+	for _, e := range rs.Elements[ruleset.MapEndpoints] {
+		if len(e.Key) == len(d.Key)+1 && slices.Equal(e.Key[:len(d.Key)], d.Key) {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -21,12 +21,19 @@ func (b *Builder) Ruleset(node *model.Node, services []*model.Service) *nft.Rule
 	return Merge(b.Table(), frags...)
 }
 
-// Merge joins fragments into one Ruleset, keeping the first of several identical elements.
+// Merge joins fragments into one Ruleset, keeping the first of several identical elements and
+// one copy of a chain several fragments declare (the shared pick chains: every fragment that
+// needs one declares it with the same rules).
 func Merge(t nft.Table, frags ...Fragment) *nft.Ruleset {
 	rs := &nft.Ruleset{Table: t, Elements: map[string][]nft.Element{}}
 	seen := map[string]bool{}
+	chains := map[string]bool{}
 	for _, f := range frags {
 		for _, c := range f.Chains {
+			if chains[c.Chain.Name] {
+				continue
+			}
+			chains[c.Chain.Name] = true
 			rs.Chains = append(rs.Chains, c.Chain)
 			rs.Rules = append(rs.Rules, c.Rules...)
 		}

@@ -90,6 +90,13 @@ func (b *Builder) Base(node *model.Node) Fragment {
 	verdictMap := func(name, comment string, interval bool, key ...nft.Type) nft.Set {
 		return nft.Set{Name: name, Key: key, Data: []nft.Type{nft.TypeVerdict}, Interval: interval, Comment: comment}
 	}
+	// An endpoint map's key ends with the random slot; NumgenKey 1 only lets nft describe it
+	// ("numgen random mod 1": the modulus of a typeof is a description, each pick-N chain
+	// draws its own). Comments stay short: the kernel refuses set userdata (typeof and
+	// comment together) over 256 bytes.
+	endpointMap := func(name, comment string, key ...nft.Type) nft.Set {
+		return nft.Set{Name: name, Key: append(key, nft.TypeInteger), Data: []nft.Type{addr, nft.TypeInetService}, NumgenKey: 1, Comment: comment}
+	}
 	var f Fragment
 	f.Sets = []nft.Set{
 		{Name: SetClusterIPs, Key: []nft.Type{addr}, Comment: "ClusterIPs of programmed Services"},
@@ -102,6 +109,10 @@ func (b *Builder) Base(node *model.Node) Fragment {
 		verdictMap(MapNoEndpointServices, "Services without endpoints: reject", true, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapNoEndpointAllPorts, "all-ports Services without endpoints: reject", false, addr, nft.TypeInetProto),
 		verdictMap(MapNoEndpointNodePorts, "node ports of Services without endpoints: reject", true, nft.TypeInetProto, nft.TypeInetService),
+		endpointMap(MapEndpoints, "address . protocol . port . slot -> endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
+		endpointMap(MapLocalEndpoints, "address . protocol . port . slot -> local endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
+		endpointMap(MapNodePortEndpoints, "protocol . node port . slot -> endpoint", nft.TypeInetProto, nft.TypeInetService),
+		endpointMap(MapLocalNodePortEndpoints, "protocol . node port . slot -> local endpoint", nft.TypeInetProto, nft.TypeInetService),
 	}
 	for _, a := range b.NodePortAddrs(node) {
 		f.Elements = append(f.Elements, nft.Element{Set: SetNodePortIPs, Key: []nft.Value{nft.Addr(a)}})

@@ -15,7 +15,7 @@ import (
 // the Service keeps the destination port. Sorted by address and port, deduplicated.
 func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 	keepPort := sp.KeepsPort()
-	var eps []model.Endpoint
+	eps := make([]model.Endpoint, 0, len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		a := ep.Addr.Unmap()
 		if !a.IsValid() || a.Is4() != (b.cfg.Family == nft.IPv4) {
@@ -36,7 +36,7 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 		}
 		return eps[i].Port < eps[j].Port
 	})
-	var out []model.Endpoint
+	out := eps[:0] // in place: each kept endpoint is written at or before where it was read
 	for i, ep := range eps {
 		if i > 0 && ep.Addr == eps[i-1].Addr && ep.Port == eps[i-1].Port {
 			if ep.Ready && !out[len(out)-1].Ready {
@@ -49,33 +49,39 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 	return out
 }
 
-// endpointChain adds a chain that DNATs to one of eps: straight to a single endpoint, through
-// a numgen map for several, or, with ClientIP affinity, through the affinity rules.
-func (b *Builder) endpointChain(f *Fragment, p *portPlan, chain, epMap string, eps []model.Endpoint) {
+// endpointChain adds an own chain (own-chains mode: ranges, all-ports, node-port blocks,
+// ClientIP affinity) that DNATs to one of eps: straight to a single endpoint, through a cascade
+// of numgen matches for several, or, with ClientIP affinity, through the affinity rules. No
+// named map: a per-Service set would make every later set operation of the table slower
+// (the kernel walks a list of the table's sets).
+func (b *Builder) endpointChain(f *Fragment, p *portPlan, chain string, eps []model.Endpoint) {
 	var rs []nft.Rule
-	switch {
-	case p.sp.AffinityTimeout > 0:
+	if p.sp.AffinityTimeout > 0 {
 		rs = b.affinityRules(f, p, eps)
-	case len(eps) == 1:
-		rs = []nft.Rule{rule(comment(p.name, ": 1 endpoint"), b.dnat(p, eps[0])...)}
-	default:
-		set := nft.Set{Name: epMap, Key: []nft.Type{nft.TypeInteger}, Data: []nft.Type{b.cfg.Family.AddrType()},
-			NumgenKey: uint32(len(eps)), Comment: comment(p.name, " endpoints")}
-		if !p.keepPort {
-			set.Data = append(set.Data, nft.TypeInetService)
-		}
-		f.Sets = append(f.Sets, set)
-		for i, ep := range eps {
-			data := []nft.Value{nft.Addr(ep.Addr)}
-			if !p.keepPort {
-				data = append(data, nft.Port(ep.Port))
-			}
-			f.Elements = append(f.Elements, nft.Element{Set: epMap, Key: []nft.Value{nft.Int(uint32(i))}, Data: data})
-		}
-		rs = []nft.Rule{rule(comment(p.name, fmt.Sprintf(": %d endpoints", len(eps))), protoCmp(p.proto),
-			nft.DNATNumgen{Modulus: uint32(len(eps)), Map: epMap, WithPort: !p.keepPort})}
+	} else {
+		rs = b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })
 	}
 	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
+}
+
+// cascade picks one of eps uniformly: rule i (from 0) matches "numgen random mod N-i 0" and
+// DNATs to eps[i], so it wins with probability 1/(N-i) once the earlier ones missed and each
+// endpoint gets 1/N; the last rule takes what is left. before(ep) are the statements run before
+// the DNAT of ep (the affinity update). One endpoint is a plain DNAT.
+func (b *Builder) cascade(p *portPlan, eps []model.Endpoint, before func(model.Endpoint) []nft.Expr) []nft.Rule {
+	if len(eps) == 1 {
+		return []nft.Rule{rule(comment(p.name, ": 1 endpoint"), append(before(eps[0]), b.dnat(p, eps[0])...)...)}
+	}
+	rs := make([]nft.Rule, 0, len(eps))
+	for i, ep := range eps {
+		var ex []nft.Expr
+		if n := uint32(len(eps) - i); n > 1 {
+			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
+		}
+		ex = append(append(ex, before(ep)...), b.dnat(p, ep)...)
+		rs = append(rs, rule(comment(p.name, fmt.Sprintf(": endpoint %d of %d", i+1, len(eps))), ex...))
+	}
+	return rs
 }
 
 // dnat is "[meta l4proto P] dnat to ep": the protocol match nft requires before a port.
@@ -94,25 +100,31 @@ func (b *Builder) dnat(p *portPlan, ep model.Endpoint) []nft.Expr {
 // and the winning rule records the client in that endpoint's set. No per-endpoint chains: the
 // cost is two rules per endpoint, in this Service's own chain.
 func (b *Builder) affinityRules(f *Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
-	var sticky, pick []nft.Rule
-	for i, ep := range eps {
-		set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
-		if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
-			// One set per endpoint, shared by the Cluster and Local chains.
-			f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
-				Timeout: p.sp.AffinityTimeout, Comment: comment(p.name, " clients of "+endpointText(ep))})
-		}
-		update := nft.SetUpdate{Fields: []nft.Field{nft.FieldSaddr}, Set: set}
+	var sticky []nft.Rule
+	for _, ep := range eps {
+		set := b.affinitySet(f, p, ep)
 		sticky = append(sticky, rule(comment(p.name, ": affinity"), append([]nft.Expr{
-			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Set: set}, update}, b.dnat(p, ep)...)...))
-		var ex []nft.Expr
-		if n := uint32(len(eps) - i); n > 1 {
-			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
-		}
-		ex = append(append(ex, update), b.dnat(p, ep)...)
-		pick = append(pick, rule(comment(p.name, fmt.Sprintf(": endpoint %d of %d", i+1, len(eps))), ex...))
+			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Set: set}, affinityUpdate(set)}, b.dnat(p, ep)...)...))
 	}
+	pick := b.cascade(p, eps, func(ep model.Endpoint) []nft.Expr {
+		return []nft.Expr{affinityUpdate(b.affinitySet(f, p, ep))}
+	})
 	return append(sticky, pick...)
+}
+
+// affinitySet adds the endpoint's set of clients to f (once: the Cluster and Local chains share
+// it) and returns its name.
+func (b *Builder) affinitySet(f *Fragment, p *portPlan, ep model.Endpoint) string {
+	set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
+	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
+		f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
+			Timeout: p.sp.AffinityTimeout, Comment: comment(p.name, " clients of "+endpointText(ep))})
+	}
+	return set
+}
+
+func affinityUpdate(set string) nft.SetUpdate {
+	return nft.SetUpdate{Fields: []nft.Field{nft.FieldSaddr}, Set: set}
 }
 
 func endpointText(ep model.Endpoint) string {
@@ -124,10 +136,11 @@ func endpointText(ep model.Endpoint) string {
 
 // firewall adds the fw- chain, the target of the port's LoadBalancer IPs when it has
 // loadBalancerSourceRanges: sources outside the ranges get the drop bit and no DNAT, the rest
-// go on to the ext- chain. As upstream, the LoadBalancer IPs themselves are allowed sources when
+// go on to target, where the LoadBalancer IPs would go without ranges (the ext- chain, or in
+// shared mode the shared masq-pick-N or local-M-of-N chain). As upstream, the LoadBalancer IPs themselves are allowed sources when
 // a node address is inside a range (a node reaching a VIP it holds locally uses the VIP as its
 // source). Node ports and external IPs are not filtered (upstream's KEP non-goal).
-func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan) {
+func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan, target string) {
 	set, chain := SourceRangesSet(p.sp.Name), FirewallChain(p.sp.Name)
 	allowed := append([]netip.Prefix(nil), p.srcRanges...)
 	var nodeAddrs []netip.Addr
@@ -150,7 +163,7 @@ func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan) {
 	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
 		rule(comment(p.name, ": source outside loadBalancerSourceRanges: drop"),
 			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Neg: true, Set: set}, nft.MarkOr{Bits: b.cfg.DropMark}, nft.Verdict{Kind: nft.VerdictReturn}),
-		rule("", goTo(ExternalChain(p.sp.Name))),
+		rule("", goTo(target)),
 	})})
 }
 

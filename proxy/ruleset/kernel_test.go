@@ -66,12 +66,13 @@ func addAll(rs *nft.Ruleset) *nft.Transaction {
 	return tx
 }
 
-// TestKernelPolicyRuleset proves that the policy layout is what the kernel and nft accept: it
-// applies it over netlink, and `nft -f` of the kernel's listing in a second namespace lists the
-// same text (every rule is valid nft syntax and means the same).
+// TestKernelPolicyRuleset proves that the policy layout, own chains and shared endpoint maps
+// alike, is what the kernel and nft accept: it applies it over netlink, the kernel lists back
+// what was applied (a restart finds nothing to do), and `nft -f` of the kernel's listing in a
+// second namespace lists the same text (every rule is valid nft syntax and means the same).
 func TestKernelPolicyRuleset(t *testing.T) {
 	netns.Skip(t)
-	rs := policyBuilder(t).Ruleset(zonedNode("z1"), policyServices())
+	rs := policyBuilder(t).Ruleset(zonedNode("z1"), append(policyServices(), cluster(30)...))
 	for _, name := range []string{"fake", "kernel"} {
 		t.Run(name, func(t *testing.T) {
 			var k nft.Interface = nft.NewFake()
@@ -90,6 +91,13 @@ func TestKernelPolicyRuleset(t *testing.T) {
 			}
 			if ns == nil {
 				return
+			}
+			got, err := k.Dump(context.Background(), rs.Table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
+				t.Fatalf("the kernel lists something else than was applied:\n%s", d)
 			}
 			listing, err := ns.Run("nft", "list", "ruleset")
 			if err != nil {

@@ -61,6 +61,18 @@ const (
 	MapNoEndpointAllPorts = "no-endpoint-allports"
 	// MapNoEndpointNodePorts: protocol . node port(-range) -> reject.
 	MapNoEndpointNodePorts = "no-endpoint-nodeports"
+	// MapEndpoints: address . protocol . port . slot -> endpoint address . port. The endpoints of
+	// every address frontend (ClusterIP, LoadBalancer IP, external IP) of every shared-mode port,
+	// slots 0..N-1 under the packet's own destination.
+	MapEndpoints = "endpoints"
+	// MapLocalEndpoints: the same key; this node's endpoints of the external frontends of
+	// externalTrafficPolicy Local ports.
+	MapLocalEndpoints = "local-endpoints"
+	// MapNodePortEndpoints: protocol . node port . slot -> endpoint address . port.
+	MapNodePortEndpoints = "nodeport-endpoints"
+	// MapLocalNodePortEndpoints: the same key; this node's endpoints of externalTrafficPolicy
+	// Local node ports.
+	MapLocalNodePortEndpoints = "local-nodeport-endpoints"
 )
 
 // Names and comments built from user strings (namespace, Service and port names) fit the
@@ -173,15 +185,9 @@ func ServiceChain(p model.PortName) string { return portObjectName("svc", p) }
 // external IP: "ext-HASH-ns/name/tcp/http".
 func ExternalChain(p model.PortName) string { return portObjectName("ext", p) }
 
-// EndpointMap names the numgen map of a ServicePort's endpoints: "ep-HASH-ns/name/tcp/http".
-func EndpointMap(p model.PortName) string { return portObjectName("ep", p) }
-
 // LocalChain names the chain that picks one of this node's endpoints (traffic policy Local):
 // "local-HASH-ns/name/tcp/http".
 func LocalChain(p model.PortName) string { return portObjectName("local", p) }
-
-// LocalEndpointMap names the numgen map of the local chain: "lep-HASH-ns/name/tcp/http".
-func LocalEndpointMap(p model.PortName) string { return portObjectName("lep", p) }
 
 // FirewallChain names the chain that checks loadBalancerSourceRanges for traffic to the
 // LoadBalancer IPs: "fw-HASH-ns/name/tcp/http".

@@ -96,7 +96,7 @@ func TestNamesStayUniqueWhenCutOrSanitised(t *testing.T) {
 		{pn("ns", strings.Repeat("日", 100), "p", model.TCP), pn("ns", strings.Repeat("本", 100), "p", model.TCP)}, // cut and sanitised
 	}
 	for _, p := range pairs {
-		for _, f := range []func(model.PortName) string{ServiceChain, ExternalChain, EndpointMap, LocalChain, LocalEndpointMap, FirewallChain, SourceRangesSet} {
+		for _, f := range []func(model.PortName) string{ServiceChain, ExternalChain, LocalChain, FirewallChain, SourceRangesSet} {
 			a, b := f(p[0]), f(p[1])
 			if a == b {
 				t.Errorf("%q and %q share the name %q", p[0], p[1], a)
@@ -134,5 +134,31 @@ func TestCommentCutsOnCharacterBoundaryKeepingTheEnding(t *testing.T) {
 	}
 	if got := comment("default/web/tcp/http", ": 1 endpoint"); got != "default/web/tcp/http: 1 endpoint" {
 		t.Errorf("a short comment changed: %q", got)
+	}
+}
+
+// TestSharedChainNames pins the names of the shared chains (a rename replaces every one of them
+// in running clusters) and checks they can never be taken for a Service's own chain, whose hash
+// is upper-case base32.
+func TestSharedChainNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{PickChain(3), "pick-3"},
+		{LocalPickChain(1), "pick-local-1"},
+		{NodePortPickChain(3), "pick-nodeport-3"},
+		{LocalNodePortPickChain(2), "pick-local-nodeport-2"},
+		{addressFrontend.masqPickChain(3), "masq-pick-3"},
+		{nodePortFrontend.masqPickChain(3), "masq-pick-nodeport-3"},
+		{addressFrontend.localOfChain(0, 2), "local-0-of-2"},
+		{nodePortFrontend.localOfChain(1, 3), "local-nodeport-1-of-3"},
+	} {
+		if c.got != c.want {
+			t.Errorf("shared chain %q, want %q", c.got, c.want)
+		}
+		if nft.CheckName(c.got) != nil {
+			t.Errorf("shared chain name %q is not a valid name", c.got)
+		}
+		if h := strings.SplitN(c.got, "-", 3); len(h) == 3 && len(h[1]) == hashLen && strings.ToUpper(h[1]) == h[1] {
+			t.Errorf("shared chain %q reads like a Service's own chain (prefix-HASH-…)", c.got)
+		}
 	}
 }

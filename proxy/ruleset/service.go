@@ -2,6 +2,7 @@ package ruleset
 
 import (
 	"net/netip"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -60,9 +61,13 @@ type portPlan struct {
 	keepPort            bool
 	cips, lbIPs, extIPs []netip.Addr
 	cat                 model.EndpointCategories
-	cluster, local      bool // the svc- and local- chains exist
-	ext, fw             bool // the ext- and fw- chains exist
-	srcRanges           []netip.Prefix
+	// shared: the port has no chain of its own (single port, no ClientIP affinity); its
+	// frontends hold slots in the shared endpoint maps (shared.go).
+	shared         bool
+	cluster, local bool // own-chains mode: the svc- and local- chains exist
+	ext            bool // external frontends have somewhere to go (own-chains mode: the ext- chain)
+	fw             bool // the fw- chain exists
+	srcRanges      []netip.Prefix
 }
 
 func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, bool) {
@@ -71,6 +76,7 @@ func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, 
 		return nil, false
 	}
 	p := &portPlan{proto: proto, name: sp.Name.String(), keepPort: sp.KeepsPort()}
+	p.shared = !p.keepPort && sp.AffinityTimeout == 0
 	p.cips = b.cfg.ofFamily(sp.ClusterIPs)
 	if len(p.cips) == 0 {
 		// Not a Service of this family: its node ports and external addresses belong to the
@@ -89,7 +95,7 @@ func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, 
 	external := p.sp.ExternallyAccessible()
 	p.cluster = len(p.cat.Cluster) > 0 && (!sp.InternalTrafficLocal || external)
 	p.local = len(p.cat.Local) > 0
-	p.ext = p.cat.HasAny && external
+	p.ext = p.cat.HasAny && external && len(p.cat.Cluster) > 0
 	if len(p.lbIPs) > 0 && p.cat.HasAny {
 		p.srcRanges = b.cfg.prefixesOfFamily(sp.LoadBalancerSourceRanges)
 		p.fw = len(p.srcRanges) > 0
@@ -117,6 +123,7 @@ func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePo
 	if !ok {
 		return
 	}
+	f.Elements = slices.Grow(f.Elements, b.elementCount(p))
 	for _, a := range p.cips {
 		f.Elements = append(f.Elements, nft.Element{Set: SetClusterIPs, Key: []nft.Value{nft.Addr(a)}})
 	}
@@ -124,32 +131,87 @@ func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePo
 	if !p.cat.HasAny {
 		return
 	}
-	if p.cluster {
-		b.endpointChain(f, p, ServiceChain(sp.Name), EndpointMap(sp.Name), p.cat.Cluster)
-	}
-	if p.local {
-		b.endpointChain(f, p, LocalChain(sp.Name), LocalEndpointMap(sp.Name), p.cat.Local)
-	}
-	if p.ext {
-		f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
-	}
-	if p.fw {
-		b.firewall(f, node, p)
-	}
-	seen := map[netip.Addr]bool{}
-	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
-		for _, ep := range eps {
-			if !seen[ep.Addr] {
-				seen[ep.Addr] = true
-				f.Elements = append(f.Elements, nft.Element{Set: SetHairpin, Key: []nft.Value{nft.Addr(ep.Addr), nft.Addr(ep.Addr)}})
-			}
+	if !p.shared {
+		if p.cluster {
+			b.endpointChain(f, p, ServiceChain(sp.Name), p.cat.Cluster)
+		}
+		if p.local {
+			b.endpointChain(f, p, LocalChain(sp.Name), p.cat.Local)
+		}
+		if p.ext {
+			f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
 		}
 	}
+	if p.fw {
+		b.firewall(f, node, p, b.externalTarget(f, p, addressFrontend))
+	}
+	b.hairpin(f, p)
+}
+
+// hairpin adds "endpoint . endpoint" for every endpoint the port may pick, once each.
+func (b *Builder) hairpin(f *Fragment, p *portPlan) {
+	as := make([]netip.Addr, 0, len(p.cat.Cluster)+len(p.cat.Local))
+	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
+		for _, ep := range eps {
+			as = append(as, ep.Addr)
+		}
+	}
+	slices.SortFunc(as, netip.Addr.Compare)
+	as = slices.Compact(as)
+	keys := make([]nft.Value, 0, 2*len(as))
+	f.Elements = slices.Grow(f.Elements, len(as))
+	for i, a := range as {
+		keys = append(keys, nft.Addr(a), nft.Addr(a))
+		f.Elements = append(f.Elements, nft.Element{Set: SetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]})
+	}
+}
+
+// elementCount is about how many elements the port adds: cluster-ips, dispatch, slots and
+// hairpin. A full sync builds every Service's fragment: growing the slice element by element
+// was a large part of its garbage.
+func (b *Builder) elementCount(p *portPlan) int {
+	eps := len(p.cat.Cluster) + len(p.cat.Local)
+	external := len(p.lbIPs) + len(p.extIPs)
+	if b.nodePorts(p.sp) {
+		external++
+	}
+	n := 2*len(p.cips) + external + eps
+	if p.shared {
+		n += len(p.cips)*max(len(p.cat.Cluster), len(p.cat.Local)) + external*eps
+	}
+	return n
+}
+
+// internalTarget is the chain a ClusterIP a of the port goes to (its slots put in place in
+// shared mode).
+func (b *Builder) internalTarget(f *Fragment, p *portPlan, a netip.Addr) string {
+	if p.shared {
+		return b.sharedInternal(f, p, a)
+	}
+	return p.internalChain()
+}
+
+// externalTarget is the chain the port's external frontends of kind k go to (behind the fw-
+// chain for LoadBalancer IPs with source ranges).
+func (b *Builder) externalTarget(f *Fragment, p *portPlan, k frontendKind) string {
+	if p.shared {
+		return b.sharedExternalChain(f, p, k)
+	}
+	return ExternalChain(p.sp.Name)
+}
+
+// external is externalTarget for one frontend, whose slots it puts in place in shared mode.
+func (b *Builder) external(f *Fragment, p *portPlan, k frontendKind, front []nft.Value) string {
+	if p.shared {
+		b.externalSlots(f, p, k, front)
+	}
+	return b.externalTarget(f, p, k)
 }
 
 // dispatch adds the port's keys to the dispatch maps, or, without endpoints, to the
 // no-endpoint maps: reject when no endpoint exists anywhere, drop for ClusterIP traffic under
-// internalTrafficPolicy Local without a local endpoint.
+// internalTrafficPolicy Local without a local endpoint. Each dispatch element carries the
+// Service port's name as its comment.
 func (b *Builder) dispatch(f *Fragment, p *portPlan) {
 	sp := p.sp
 	dispatchMap, noEndpointMap := MapServiceIPs, MapNoEndpointServices
@@ -174,35 +236,31 @@ func (b *Builder) dispatch(f *Fragment, p *portPlan) {
 	for _, a := range p.cips {
 		switch {
 		case p.hasInternal():
-			add(a, &nft.Verdict{Kind: nft.VerdictGoto, Chain: p.internalChain()}, true)
+			add(a, goToV(b.internalTarget(f, p, a)), true)
 		case p.cat.HasAny:
 			add(a, &nft.Verdict{Kind: nft.VerdictDrop}, false)
 		default:
 			add(a, reject, false)
 		}
 	}
-	ext := &nft.Verdict{Kind: nft.VerdictGoto, Chain: ExternalChain(sp.Name)}
-	for _, a := range p.lbIPs {
-		switch {
-		case p.fw:
-			add(a, &nft.Verdict{Kind: nft.VerdictGoto, Chain: FirewallChain(sp.Name)}, true)
-		case p.ext:
-			add(a, ext, true)
-		default:
-			add(a, reject, false)
-		}
-	}
-	for _, a := range p.extIPs {
-		if p.ext {
-			add(a, ext, true)
-		} else {
-			add(a, reject, false)
+	for i, as := range [][]netip.Addr{p.lbIPs, p.extIPs} {
+		lb := i == 0
+		for _, a := range as {
+			switch {
+			case !p.ext:
+				add(a, reject, false)
+			case lb && p.fw:
+				b.external(f, p, addressFrontend, addressKey(a, p))
+				add(a, goToV(FirewallChain(sp.Name)), true)
+			default:
+				add(a, goToV(b.external(f, p, addressFrontend, addressKey(a, p))), true)
+			}
 		}
 	}
 	if b.nodePorts(sp) {
-		npMap, v := MapNodePorts, ext
-		if !p.ext {
-			npMap, v = MapNoEndpointNodePorts, reject
+		npMap, v := MapNoEndpointNodePorts, reject
+		if p.ext {
+			npMap, v = MapNodePorts, goToV(b.external(f, p, nodePortFrontend, nodePortKey(p)))
 		}
 		end := sp.NodePortEnd
 		if end < sp.NodePort {
@@ -216,6 +274,8 @@ func (b *Builder) dispatch(f *Fragment, p *portPlan) {
 		})
 	}
 }
+
+func goToV(chain string) *nft.Verdict { return &nft.Verdict{Kind: nft.VerdictGoto, Chain: chain} }
 
 // nodePorts reports whether the port has node ports to program: all-ports Services never do,
 // even when the API server allocated some.

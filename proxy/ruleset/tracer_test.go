@@ -354,19 +354,23 @@ func (tr *tracer) expr(e nft.Expr, st *pktState, depth int) (nft.Verdict, bool) 
 		st.setDNAT([]string{dest(x.Addr, x.Port)})
 		return nft.Verdict{Kind: nft.VerdictAccept}, true // nat ends the chain with its verdict
 	case nft.DNATNumgen:
-		els := tr.rs.Elements[x.Map]
-		if uint32(len(els)) != x.Modulus {
-			tr.t.Fatalf("map %s has %d elements, numgen modulus is %d", x.Map, len(els), x.Modulus)
+		// The kernel draws a slot and looks "key fields . slot" up: a missing slot would leave
+		// the packet un-NATed, and a slot past the modulus would be a stale endpoint. Each slot
+		// is a branch of its own (run merges them, spread weighs them).
+		front := tr.fields(x.Key, st)
+		if n := tr.slotCount(x.Map, front); n != int(x.Modulus) {
+			tr.t.Fatalf("map %s holds %d slots for frontend %s, numgen modulus is %d", x.Map, n, valuesText(front), x.Modulus)
 		}
-		var ds []string
-		for _, el := range els {
-			port := uint16(0)
-			if x.WithPort {
-				port = uint16(el.Data[1].Num)
-			}
-			ds = append(ds, dest(el.Data[0].Addr, port))
+		slot := st.draw(x.Modulus)
+		el := tr.lookup(x.Map, append(append([]nft.Value(nil), front...), nft.Int(slot)))
+		if el == nil {
+			tr.t.Fatalf("map %s has no slot %d for frontend %s", x.Map, slot, valuesText(front))
 		}
-		st.setDNAT(ds)
+		port := uint16(0)
+		if x.WithPort {
+			port = uint16(el.Data[1].Num)
+		}
+		st.setDNAT([]string{dest(el.Data[0].Addr, port)})
 		return nft.Verdict{Kind: nft.VerdictAccept}, true
 	case nft.Reject:
 		if x.TCPReset {
@@ -379,6 +383,18 @@ func (tr *tracer) expr(e nft.Expr, st *pktState, depth int) (nft.Verdict, bool) 
 		tr.t.Fatalf("tracer: expression %T not supported", e)
 	}
 	return nft.Verdict{}, true
+}
+
+// slotCount is the number of elements of set whose key starts with front (the slots of one
+// frontend in an endpoint map).
+func (tr *tracer) slotCount(set string, front []nft.Value) int {
+	n := 0
+	for _, e := range tr.rs.Elements[set] {
+		if len(e.Key) == len(front)+1 && valuesText(e.Key[:len(front)]) == valuesText(front) {
+			n++
+		}
+	}
+	return n
 }
 
 func dest(a netip.Addr, port uint16) string {

@@ -107,22 +107,23 @@ func httpGet(ctx context.Context, ns *netns.NS, url string) (int, string, error)
 }
 
 // excerptBlocks are the parts of `nft list table ip nftproxy` worth a look: the dispatch maps
-// (one lookup per packet, whatever the number of Services) and the web Service's chain.
+// (one lookup per packet, whatever the number of Services), the shared endpoint map (each
+// frontend's endpoints in slots) and the chains shared by every port with N endpoints.
 var excerptBlocks = []string{"map service-ips ", "map service-ranges ", "map service-allports ",
-	"map service-nodeports ", "chain services ", "chain svc-"}
+	"map service-nodeports ", "map endpoints ", "map nodeport-endpoints ", "chain services ", "chain pick-", "chain masq-pick-"}
 
-// printRuleset prints the excerpt; for chains named by a prefix, only the web Service's.
+// printRuleset prints the excerpt.
 func (d *demo) printRuleset() {
 	table, err := d.lab.Nft("list", "table", "ip", "nftproxy")
 	if err != nil {
 		fmt.Fprintf(d.out, "nft list table ip nftproxy: %v\n", err)
 		return
 	}
-	fmt.Fprintln(d.out, "nft list table ip nftproxy (excerpt: dispatch maps, the services chain, web's chain):")
+	fmt.Fprintln(d.out, "nft list table ip nftproxy (excerpt: dispatch maps, the services chain, endpoint maps, shared pick chains):")
 	for _, block := range tableBlocks(table) {
 		head := strings.TrimSpace(block[0]) + " "
 		for _, want := range excerptBlocks {
-			if strings.HasPrefix(head, want) && (want != "chain svc-" || strings.Contains(head, "default/web/")) {
+			if strings.HasPrefix(head, want) {
 				for _, line := range block {
 					fmt.Fprintln(d.out, "  "+strings.ReplaceAll(strings.TrimPrefix(line, "\t"), "\t", "  "))
 				}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/netip"
 	"sort"
 	"strings"
 )
@@ -51,8 +52,10 @@ func lineDiff(a, b, nameA, nameB string) string {
 	return out.String()
 }
 
-// objectsOf is the text of the chains, maps and sets named after the Service (its svc-, ext-
-// and ep- objects) in a `nft list ruleset` listing.
+// objectsOf is the text of what a `nft list ruleset` listing holds for the Service: the chains,
+// maps and sets named after it (own chains of ranges, all-ports and affinity ports, source-range
+// and affinity sets), and the elements of the shared endpoint maps under its addresses (the
+// slots of its shared-mode ports).
 func objectsOf(ruleset string, s service) string {
 	var out strings.Builder
 	in := false
@@ -65,6 +68,27 @@ func objectsOf(ruleset string, s service) string {
 			out.WriteString(line + "\n")
 			if line == "\t}" {
 				in = false
+			}
+		}
+	}
+	var addrs []string
+	for _, a := range append(append(append([]netip.Addr(nil), s.clusterIPs...), s.lbIPs...), s.externalIPs...) {
+		addrs = append(addrs, a.String()+" . ")
+	}
+	var set string
+	for _, line := range strings.Split(canonicalListing(ruleset), "\n") {
+		if strings.HasPrefix(line, "\tmap ") {
+			set = strings.TrimSuffix(strings.TrimPrefix(line, "\tmap "), " {")
+		}
+		_, rest, ok := strings.Cut(line, "elements = { ")
+		if !ok || (set != "endpoints" && set != "local-endpoints") {
+			continue
+		}
+		for _, e := range splitElements(strings.TrimSuffix(rest, " }")) {
+			for _, a := range addrs {
+				if strings.HasPrefix(e, a) {
+					out.WriteString(set + ": " + e + "\n")
+				}
 			}
 		}
 	}

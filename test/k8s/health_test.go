@@ -120,7 +120,7 @@ func TestAPIServerOutage(t *testing.T) {
 	e.createService(web)
 	lb := svc{name: "lb", ip: 51, pods: []int{1}}
 	hcPort := e.createLocalLB(lb)
-	e.waitFor("web with its endpoint", func(rs string) bool { return chainHasOnly(rs, web, web.pods) })
+	e.waitFor("web with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, web, web.pods) })
 	e.waitUntil("health-check node port answers 200", func() (bool, string) {
 		got := e.healthCheck(hcPort)
 		return strings.Contains(got, " 200 "), got
@@ -174,7 +174,7 @@ func TestAPIServerOutage(t *testing.T) {
 	e.waitHealth("/healthz after the outage", "/healthz", " 200 ")
 	e.probe(web, 1)
 	e.setEndpoints(web, 2)
-	e.waitFor("web moved to pod-2 after the outage", func(rs string) bool { return chainHasOnly(rs, web, []int{2}) })
+	e.waitFor("web moved to pod-2 after the outage", func(rs string) bool { return slotsHaveOnly(rs, web, []int{2}) })
 	e.probe(web, 2)
 }
 

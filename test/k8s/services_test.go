@@ -163,7 +163,7 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 	e := newEnv(t, nil)
 	first := svc{name: "lat-0", ip: 40, pods: []int{1}}
 	e.createService(first)
-	e.waitFor(first.name+" with its endpoint", func(rs string) bool { return chainHasOnly(rs, first, first.pods) })
+	e.waitFor(first.name+" with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, first, first.pods) })
 
 	const samples = 8
 	var seen, created, moved []time.Duration
@@ -174,15 +174,15 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 		e.createService(s)
 		e.waitProgrammed(s)
 		seen = append(seen, time.Since(start))
-		// Both objects: the Service's chain DNATs to its endpoint.
-		e.waitFor(s.name+" with its endpoint", func(rs string) bool { return chainHasOnly(rs, s, s.pods) })
+		// Both objects: the Service's slots hold its endpoint.
+		e.waitFor(s.name+" with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, s, s.pods) })
 		created = append(created, time.Since(start))
 
 		time.Sleep(1100 * time.Millisecond)
 		pods := []int{1 + i%2}
 		start = time.Now()
 		e.setEndpoints(first, pods...)
-		e.waitFor("lat-0 endpoint", func(rs string) bool { return chainHasOnly(rs, first, pods) })
+		e.waitFor("lat-0 endpoint", func(rs string) bool { return slotsHaveOnly(rs, first, pods) })
 		moved = append(moved, time.Since(start))
 	}
 	t.Logf("network programming latency, new Service, first rules (%d samples): %s", samples, summary(seen))
@@ -191,25 +191,29 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 	e.probe(first, 1+samples%2)
 }
 
-// chainHasOnly reports whether the rules of s's service chain name exactly the pods' addresses.
-func chainHasOnly(rs string, s svc, pods []int) bool {
-	i := strings.Index(rs, "chain svc-")
-	for i >= 0 {
-		end := strings.Index(rs[i:], "\n\t}")
-		if end < 0 {
-			return false
+// slotsHaveOnly reports whether the slots of s's ClusterIP in the shared endpoint map name
+// exactly the pods' addresses (and at least one: a Service without endpoints has no slot).
+func slotsHaveOnly(rs string, s svc, pods []int) bool {
+	slots := slotsOf(rs, s)
+	return slots != "" && hasExactly(slots, pods)
+}
+
+// slotsOf is the text of the elements of the endpoints maps of a `nft list ruleset` listing
+// whose key starts with s's ClusterIP and port, one a line.
+func slotsOf(rs string, s svc) string {
+	prefix := lab.ClusterIPv4(s.ip).String() + " . tcp . 80 . "
+	var out strings.Builder
+	for _, block := range strings.Split(rs, "map endpoints {")[1:] {
+		if end := strings.Index(block, "\n\t}"); end >= 0 {
+			block = block[:end]
 		}
-		chain := rs[i : i+end]
-		if strings.Contains(chain, testNS+"/"+s.name+"/") {
-			return hasExactly(chain, pods)
+		for _, part := range strings.FieldsFunc(block, func(r rune) bool { return r == ',' || r == '\n' || r == '{' || r == '}' }) {
+			if part = strings.TrimSpace(part); strings.HasPrefix(part, prefix) {
+				out.WriteString(part + "\n")
+			}
 		}
-		next := strings.Index(rs[i+end:], "chain svc-")
-		if next < 0 {
-			return false
-		}
-		i = i + end + next
 	}
-	return false
+	return out.String()
 }
 
 func summary(d []time.Duration) string {

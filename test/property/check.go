@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
@@ -147,7 +148,7 @@ func checkOutcomes(b *Batch, snap model.Snapshot) []Failure {
 
 // checkFragments builds every accepted Service's fragment in each family and checks that what
 // it derives from user strings fits the kernel's limits, and that a port with a ready local
-// endpoint reaches an endpoint chain (never the no-endpoint reject).
+// endpoint reaches its endpoints (never the no-endpoint reject).
 func checkFragments(b *Batch, builders []*ruleset.Builder, snap model.Snapshot) []Failure {
 	var out []Failure
 	byKey := map[model.ServiceKey]*Generated{}
@@ -171,19 +172,53 @@ func checkFragments(b *Batch, builders []*ruleset.Builder, snap model.Snapshot) 
 			if gs == nil || s.Rejected != nil {
 				continue
 			}
-			chains := map[string]bool{}
-			for _, c := range f.Chains {
-				chains[c.Chain.Name] = true
-			}
 			for _, sp := range gs.Serving {
-				if sp.Family == fam && !chains[ruleset.ServiceChain(sp.Name)] && !chains[ruleset.LocalChain(sp.Name)] {
-					out = append(out, Failure{s.Key, fmt.Sprintf("family %s: port %s has a ready endpoint on this node but no endpoint chain (%s): its traffic is rejected",
-						bl.Family(), sp.Name, ruleset.ServiceChain(sp.Name))})
+				if sp.Family == fam && !reachesEndpoints(f, s, sp.Name) {
+					out = append(out, Failure{s.Key, fmt.Sprintf("family %s: port %s has a ready endpoint on this node but neither an endpoint chain (%s) nor slots in %s: its traffic is rejected",
+						bl.Family(), sp.Name, ruleset.ServiceChain(sp.Name), ruleset.MapEndpoints)})
 				}
 			}
 		}
 	}
 	return out
+}
+
+// reachesEndpoints reports whether the ClusterIPs of port pn of s reach endpoints in fragment f:
+// through chains of its own (own-chains mode), or through slots under a ClusterIP key in the
+// shared endpoint map (shared mode).
+func reachesEndpoints(f ruleset.Fragment, s *model.Service, pn model.PortName) bool {
+	for _, c := range f.Chains {
+		if c.Chain.Name == ruleset.ServiceChain(pn) || c.Chain.Name == ruleset.LocalChain(pn) {
+			return true
+		}
+	}
+	i := slices.IndexFunc(s.Ports, func(sp model.ServicePort) bool { return sp.Name == pn })
+	if i < 0 {
+		return false
+	}
+	sp := &s.Ports[i]
+	for _, e := range f.Elements {
+		if e.Set != ruleset.MapEndpoints || len(e.Key) != 4 || e.Key[2].Num != uint32(sp.Port) || e.Key[1].Num != protoNumber(pn.Protocol) {
+			continue
+		}
+		if slices.ContainsFunc(sp.ClusterIPs, func(a netip.Addr) bool { return a.Unmap() == e.Key[0].Addr }) {
+			return true
+		}
+	}
+	return false
+}
+
+// protoNumber is the IP protocol number of p.
+func protoNumber(p model.Protocol) uint32 {
+	switch p {
+	case model.TCP:
+		return unix.IPPROTO_TCP
+	case model.UDP:
+		return unix.IPPROTO_UDP
+	case model.SCTP:
+		return unix.IPPROTO_SCTP
+	}
+	return 0
 }
 
 // fragmentLimits lists the names and comments of f that the kernel or nft would refuse.

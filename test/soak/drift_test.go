@@ -25,7 +25,8 @@ const otherTable = `table inet other {
 }
 `
 
-// driftServices: web keeps serving; victim's chain and lonely's map element are deleted.
+// driftServices: web keeps serving; the pick chain victim shares with web (2 endpoints) and
+// lonely's map element are deleted.
 func driftServices() []service {
 	return []service{
 		{name: "web", clusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
@@ -48,17 +49,21 @@ type drift struct {
 	touchesOther bool
 }
 
-var svcChain = regexp.MustCompile(`chain (svc-[A-Z0-9]+-default/victim/tcp/http) \{`)
+// toPick2 matches the dispatch elements that go to the shared chain pick-2, capturing the key.
+var toPick2 = regexp.MustCompile(`([0-9.]+ \. (?:tcp|udp) \. [0-9]+) comment "[^"]*" : goto pick-2\b`)
 
 func drifts() []drift {
 	return []drift{
-		{name: "delete a Service chain (and the map element that jumps to it)", script: func(t *testing.T, ipTable string) string {
-			m := svcChain.FindStringSubmatch(ipTable)
-			if m == nil {
-				t.Fatalf("no svc- chain for default/victim in:\n%s", ipTable)
+		{name: "delete a shared pick chain (and the map elements that jump to it)", script: func(t *testing.T, ipTable string) string {
+			var keys []string
+			for _, m := range toPick2.FindAllStringSubmatch(ipTable, -1) {
+				keys = append(keys, m[1])
 			}
-			return fmt.Sprintf("delete element ip nftproxy service-ips { %s . tcp . 80 }\nflush chain ip nftproxy %s\ndelete chain ip nftproxy %s\n",
-				lab.ClusterIPv4(3), m[1], m[1])
+			if len(keys) == 0 || !strings.Contains(ipTable, "chain pick-2 {") {
+				t.Fatalf("no chain pick-2 and elements going to it in:\n%s", ipTable)
+			}
+			return fmt.Sprintf("delete element ip nftproxy service-ips { %s }\nflush chain ip nftproxy pick-2\ndelete chain ip nftproxy pick-2\n",
+				strings.Join(keys, ", "))
 		}},
 		{name: "delete a map element", script: func(*testing.T, string) string {
 			return fmt.Sprintf("delete element ip nftproxy service-ips { %s . tcp . 80 }\n", lab.ClusterIPv4(4))

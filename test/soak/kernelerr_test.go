@@ -158,13 +158,15 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	conflictingSet(t, e, d, scenario)
 }
 
-var epMap = regexp.MustCompile(`map (ep-[A-Z0-9]+-default/late2/tcp/http) \{`)
+var affSet = regexp.MustCompile(`set (aff-[A-Z0-9]+-default/late2/tcp/http__[0-9./]+) \{`)
 
-// conflictingSet has another writer create, inside table ip nftproxy, a set with the name of the
-// endpoint map the next Service needs, of another type. The daemon's partial sync adding that
-// map fails; its retry (a full sync) reads the table and replaces the foreign set.
+// conflictingSet has another writer create, inside table ip nftproxy, a set with the name of a
+// set the next Service needs (an affinity set: per-Service sets remain only for ClientIP
+// affinity and source ranges), of another type. The daemon's partial sync adding that set
+// fails; its retry (a full sync) reads the table and replaces the foreign set.
 func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	late := lateService("late2", 6)
+	late.affinity = true
 	// The map's name comes from render on a copy of the manifests with late2 added.
 	tmp := t.TempDir()
 	entries, err := os.ReadDir(e.dir)
@@ -188,9 +190,9 @@ func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mm := epMap.FindStringSubmatch(rendered)
+	mm := affSet.FindStringSubmatch(rendered)
 	if mm == nil {
-		t.Fatalf("no endpoint map for default/late2 in the render:\n%s", tail(rendered, 40))
+		t.Fatalf("no affinity set for default/late2 in the render:\n%s", tail(rendered, 40))
 	}
 	if err := e.lab.NftApply(fmt.Sprintf("add set ip nftproxy %s { type inet_service; elements = { 1 } }\n", mm[1])); err != nil {
 		t.Fatal(err)
@@ -208,7 +210,7 @@ func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report.add(t, scenario, "foreign set with our map's name, other type", "%.0f failed syncs, exact desired state within %v of the change (the full retry replaces the set)",
+	report.add(t, scenario, "foreign set with our set's name, other type", "%.0f failed syncs, exact desired state within %v of the change (the full retry replaces the set)",
 		delta(m0, m1, "nftproxy_sync_failures_total"), time.Since(start).Round(time.Millisecond))
 	for _, a := range late.clusterIPs {
 		if why := probe(e.ctx, e.lab.Client(1).NS, target{name: "late2", network: "tcp", addr: a, first: 80}); why != "" {

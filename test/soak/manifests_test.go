@@ -23,6 +23,8 @@ type service struct {
 	annotations     map[string]string
 	externalIPs     []netip.Addr
 	lbIPs           []netip.Addr
+	// affinity is sessionAffinity ClientIP (the port then has chains and sets of its own).
+	affinity bool
 	// endpoints are the ready endpoint addresses; one EndpointSlice per family present. nil
 	// means no EndpointSlice at all.
 	endpoints []netip.Addr
@@ -87,6 +89,9 @@ func (s service) serviceYAML() string {
 		"ipFamilies": fams, "ipFamilyPolicy": policy, "selector": map[string]string{"app": s.name}, "ports": ports}
 	if len(s.externalIPs) > 0 {
 		spec["externalIPs"] = strs(s.externalIPs)
+	}
+	if s.affinity {
+		spec["sessionAffinity"] = "ClientIP"
 	}
 	if typ == "LoadBalancer" && s.annotations["nftproxy.io/all-ports"] == "true" {
 		spec["allocateLoadBalancerNodePorts"] = false

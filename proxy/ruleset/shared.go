@@ -1,0 +1,200 @@
+package ruleset
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+// Shared mode (README.md, "Shared-mode ports"): a single-port Service port without ClientIP
+// affinity owns no chain and no set. Each of its frontends holds its endpoints as slots
+// 0..N-1 in a map shared by every Service, keyed by what the packet itself carries (its
+// destination address, protocol and port, or only protocol and port for a node port), and its
+// dispatch element goes to a chain shared by every port with the same endpoint count. A new
+// Service, an endpoint change or a Service removal is then element changes only, and the
+// number of named sets does not grow with the number of Services.
+
+// frontendKind is the class of a shared-mode port's frontends: its addresses (ClusterIP,
+// LoadBalancer IP, external IP), keyed by "address . protocol . port . slot", or its node port,
+// keyed by "protocol . port . slot" (any node address).
+type frontendKind struct{ nodePort bool }
+
+var (
+	addressFrontend  = frontendKind{}
+	nodePortFrontend = frontendKind{nodePort: true}
+)
+
+// infix is "" for addresses and "nodeport-" for node ports, as it appears in chain names.
+func (k frontendKind) infix() string {
+	if k.nodePort {
+		return "nodeport-"
+	}
+	return ""
+}
+
+// endpointMap is the shared map holding the kind's slots: the cluster-wide list, or with local
+// this node's endpoints of externalTrafficPolicy Local frontends.
+func (k frontendKind) endpointMap(local bool) string {
+	switch {
+	case k.nodePort && local:
+		return MapLocalNodePortEndpoints
+	case k.nodePort:
+		return MapNodePortEndpoints
+	case local:
+		return MapLocalEndpoints
+	}
+	return MapEndpoints
+}
+
+// key lists the packet fields before the random slot in the kind's map key.
+func (k frontendKind) key() []nft.Field {
+	if k.nodePort {
+		return nft.DNATNumgenKeyPort
+	}
+	return nft.DNATNumgenKeyAddr
+}
+
+// PickChain names the shared chain that DNATs an address frontend to one of its n slots in
+// MapEndpoints: "pick-3".
+func PickChain(n int) string { return addressFrontend.pickChain(false, n) }
+
+// LocalPickChain names the shared chain that DNATs an address frontend to one of its n slots
+// in MapLocalEndpoints: "pick-local-3".
+func LocalPickChain(n int) string { return addressFrontend.pickChain(true, n) }
+
+// NodePortPickChain names the shared chain that DNATs a node port to one of its n slots in
+// MapNodePortEndpoints: "pick-nodeport-3".
+func NodePortPickChain(n int) string { return nodePortFrontend.pickChain(false, n) }
+
+// LocalNodePortPickChain names the shared chain that DNATs a node port to one of its n slots in
+// MapLocalNodePortEndpoints: "pick-local-nodeport-3".
+func LocalNodePortPickChain(n int) string { return nodePortFrontend.pickChain(true, n) }
+
+func (k frontendKind) pickChain(local bool, n int) string {
+	l := ""
+	if local {
+		l = "local-"
+	}
+	return fmt.Sprintf("pick-%s%s%d", l, k.infix(), n)
+}
+
+// masqPickChain: "masq-pick-3", "masq-pick-nodeport-3".
+func (k frontendKind) masqPickChain(n int) string { return "masq-" + k.pickChain(false, n) }
+
+// localOfChain: "local-1-of-3", "local-nodeport-1-of-3".
+func (k frontendKind) localOfChain(m, n int) string {
+	return fmt.Sprintf("local-%s%d-of-%d", k.infix(), m, n)
+}
+
+// addChain adds a shared chain to f unless f already has it: several ports of one Service may
+// need the same one, and every fragment that needs it declares it with the same rules (Merge
+// keeps one copy, the reconciler counts its users).
+func addChain(f *Fragment, name string, rules ...nft.Rule) {
+	for i := range f.Chains {
+		if f.Chains[i].Chain.Name == name {
+			return
+		}
+	}
+	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules)})
+}
+
+// pick adds the pick chain of n slots and returns its name. Its one rule reads the map with
+// the packet's own frontend, so it serves every port with n endpoints.
+func (b *Builder) pick(f *Fragment, k frontendKind, local bool, n int) string {
+	name := k.pickChain(local, n)
+	addChain(f, name, rule("", nft.DNATNumgen{Modulus: uint32(n), Map: k.endpointMap(local), WithPort: true, Key: k.key()}))
+	return name
+}
+
+// masqPick adds the chain of external traffic under externalTrafficPolicy Cluster (masquerade
+// mark, then the pick chain of n) and returns its name. It names no map: creating it never makes
+// the kernel walk a map's elements.
+func (b *Builder) masqPick(f *Fragment, k frontendKind, n int) string {
+	pick := b.pick(f, k, false, n)
+	name := k.masqPickChain(n)
+	addChain(f, name, rule("masquerade traffic from outside the cluster", nft.MarkOr{Bits: b.cfg.MasqueradeMark}, goTo(pick)))
+	return name
+}
+
+// localOf adds the chain of external traffic under externalTrafficPolicy Local with m endpoints
+// on this node and n in the cluster, and returns its name: pods and the node itself reach the
+// whole cluster (KEP-3866 short-circuit, the node's traffic masqueraded), outside clients keep
+// their address and reach this node's endpoints, or get the drop bit when it has none.
+func (b *Builder) localOf(f *Fragment, k frontendKind, m, n int) string {
+	pick := b.pick(f, k, false, n)
+	var local string
+	if m > 0 {
+		local = b.pick(f, k, true, m)
+	}
+	var rs []nft.Rule
+	for _, c := range b.cfg.prefixesOfFamily(b.cfg.ClusterCIDRs) {
+		rs = append(rs, rule("short-circuit pod traffic", nft.CmpPrefix{Field: nft.FieldSaddr, Prefix: c}, goTo(pick)))
+	}
+	rs = append(rs, rule("short-circuit the node's own traffic, masqueraded",
+		nft.FibAddrType{}, nft.MarkOr{Bits: b.cfg.MasqueradeMark}, goTo(pick)))
+	if m > 0 {
+		rs = append(rs, rule("external traffic to this node's endpoints", goTo(local)))
+	} else {
+		rs = append(rs, rule("no endpoint on this node: drop external traffic", nft.MarkOr{Bits: b.cfg.DropMark}))
+	}
+	name := k.localOfChain(m, n)
+	addChain(f, name, rs...)
+	return name
+}
+
+// slots puts eps in the kind's (local) map as slots 0..len-1 under the frontend key front. The
+// keys and data of one frontend share two backing arrays (a full sync builds millions of them).
+func (b *Builder) slots(f *Fragment, k frontendKind, local bool, front []nft.Value, eps []model.Endpoint) {
+	m := k.endpointMap(local)
+	w := len(front) + 1
+	keys, data := make([]nft.Value, 0, w*len(eps)), make([]nft.Value, 0, 2*len(eps))
+	f.Elements = slices.Grow(f.Elements, len(eps))
+	for i, ep := range eps {
+		keys = append(append(keys, front...), nft.Int(uint32(i)))
+		data = append(data, nft.Addr(ep.Addr), nft.Port(ep.Port))
+		f.Elements = append(f.Elements, nft.Element{Set: m, Key: keys[i*w : (i+1)*w : (i+1)*w], Data: data[2*i : 2*i+2 : 2*i+2]})
+	}
+}
+
+// addressKey is the frontend key of an address: "addr . proto . port".
+func addressKey(a netip.Addr, p *portPlan) []nft.Value {
+	return []nft.Value{nft.Addr(a), nft.Proto(p.proto), nft.Port(p.sp.Port)}
+}
+
+// nodePortKey is the frontend key of the port's node port: "proto . port".
+func nodePortKey(p *portPlan) []nft.Value {
+	return []nft.Value{nft.Proto(p.proto), nft.Port(p.sp.NodePort)}
+}
+
+// sharedInternal puts a ClusterIP's slots in place and returns the chain it goes to: the
+// cluster-wide endpoints, or this node's under internalTrafficPolicy Local.
+func (b *Builder) sharedInternal(f *Fragment, p *portPlan, a netip.Addr) string {
+	eps := p.cat.Cluster
+	if p.sp.InternalTrafficLocal {
+		eps = p.cat.Local
+	}
+	b.slots(f, addressFrontend, false, addressKey(a, p), eps)
+	return b.pick(f, addressFrontend, false, len(eps))
+}
+
+// sharedExternalChain adds the chains of the port's external frontends of kind k and returns
+// the one their dispatch elements (or the fw- chain) go to: masquerade and spread under
+// externalTrafficPolicy Cluster, the local-M-of-N choice under Local.
+func (b *Builder) sharedExternalChain(f *Fragment, p *portPlan, k frontendKind) string {
+	if !p.sp.ExternalTrafficLocal {
+		return b.masqPick(f, k, len(p.cat.Cluster))
+	}
+	return b.localOf(f, k, len(p.cat.Local), len(p.cat.Cluster))
+}
+
+// externalSlots puts the slots of an external frontend of kind k in place (front is its key):
+// the cluster-wide endpoints, and this node's too under externalTrafficPolicy Local.
+func (b *Builder) externalSlots(f *Fragment, p *portPlan, k frontendKind, front []nft.Value) {
+	b.slots(f, k, false, front, p.cat.Cluster)
+	if p.sp.ExternalTrafficLocal {
+		b.slots(f, k, true, front, p.cat.Local)
+	}
+}
