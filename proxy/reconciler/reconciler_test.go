@@ -181,8 +181,8 @@ func TestPartialSyncCostFollowsTheChange(t *testing.T) {
 				s := svc(7, 3)
 				s.Ports[0].Endpoints[0].Addr = netip.MustParseAddr("198.18.129.99")
 				h.put(s)
-			}, 12},
-			{"endpoint count 3 -> 4 (map and rule rewritten)", func() { h.put(svc(8, 4)) }, 24},
+			}, 16}, // slots follow the sorted endpoints: at most every slot of its 2 frontends, plus hairpin
+			{"endpoint count 3 -> 4 (slots and dispatch verdicts)", func() { h.put(svc(8, 4)) }, 30},
 			{"one new service", func() { h.put(svc(1000, 2)) }, 30},
 			{"service loses all endpoints", func() { h.put(svc(9, 0)) }, 30},
 			{"service removed", func() { h.remove(model.ServiceKey{Namespace: "default", Name: "svc-10"}) }, 30},
@@ -209,11 +209,12 @@ func TestRemovedChainsAreDeletedLater(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
 		fake := open()
 		h := newHarness(t, fake)
-		h.put(svc(1, 2), svc(2, 2))
+		// svc-1 is the only Service with 2 endpoints: the shared chain of that count goes with it.
+		h.put(svc(1, 2), svc(2, 3))
 		h.commit(false)
 		h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
 		h.commit(false)
-		chain := ruleset.ServiceChain(svc(1, 2).Ports[0].Name)
+		chain := ruleset.PickChain(2)
 		if !hasChain(t, fake, chain) {
 			t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
 		}
@@ -376,7 +377,8 @@ func (k *refusing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, e
 // everything else.
 func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
-		bad := svc(3, 2)
+		bad := svc(3, 2) // with affinity: it owns its chains (shared-mode ports own none)
+		bad.Ports[0].AffinityTimeout = time.Hour
 		raw := open()
 		k := refuseChains(raw, ruleset.ServiceChain(bad.Ports[0].Name), ruleset.ExternalChain(bad.Ports[0].Name))
 		h := newHarness(t, k)
