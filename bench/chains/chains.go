@@ -43,7 +43,32 @@ type transform struct {
 	taken map[string]bool
 	// rewritten holds the own chains whose gotos to shared chains were resolved.
 	rewritten map[string]bool
+	// slots indexes each shared endpoint map's elements by their frontend (the key without its
+	// slot), built on first use: one pass over a map of every Service's endpoints.
+	slots map[string]map[string][]nft.Element
 }
+
+// slotsOf returns the elements of endpoint map m grouped by frontend.
+func (t *transform) slotsOf(m string) map[string][]nft.Element {
+	if idx, ok := t.slots[m]; ok {
+		return idx
+	}
+	idx := map[string][]nft.Element{}
+	for _, e := range t.rs.Elements[m] {
+		if n := len(e.Key); n > 0 {
+			k := frontKey(e.Key[:n-1])
+			idx[k] = append(idx[k], e)
+		}
+	}
+	if t.slots == nil {
+		t.slots = map[string]map[string][]nft.Element{}
+	}
+	t.slots[m] = idx
+	return idx
+}
+
+// frontKey identifies a frontend: its key values without the slot.
+func frontKey(vs []nft.Value) string { return fmt.Sprint(vs) }
 
 // Transform returns a copy of rs in the per-endpoint-chain layout. masq is the masquerade mark
 // bit set by the hairpin rule.
@@ -150,12 +175,7 @@ func (t *transform) rewrite(r nft.Rule, chain, comment string, front []nft.Value
 
 // pick builds the Service chain of the slots of front in ng's map: one endpoint chain each.
 func (t *transform) pick(ng nft.DNATNumgen, comment string, front []nft.Value) string {
-	var els []nft.Element
-	for _, e := range t.rs.Elements[ng.Map] {
-		if len(e.Key) == len(front)+1 && sameValues(e.Key[:len(front)], front) {
-			els = append(els, e)
-		}
-	}
+	els := append([]nft.Element(nil), t.slotsOf(ng.Map)[frontKey(front)]...)
 	sort.Slice(els, func(i, j int) bool { return els[i].Key[len(front)].Num < els[j].Key[len(front)].Num })
 	var proto []nft.Expr
 	for _, v := range front {
@@ -273,15 +293,6 @@ func (t *transform) serviceChain(name string, eps []endpoint) {
 			nft.Rule{Chain: epc, Exprs: []nft.Expr{nft.Cmp{Field: nft.FieldSaddr, Value: nft.Addr(ep.dnat.Addr)}, nft.MarkOr{Bits: t.masq}}},
 			nft.Rule{Chain: epc, Exprs: append(append([]nft.Expr(nil), ep.proto...), ep.dnat)})
 	}
-}
-
-func sameValues(a, b []nft.Value) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }
 
 // endpointChain names an endpoint's chain after its Service chain, as upstream does
