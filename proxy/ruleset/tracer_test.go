@@ -430,7 +430,5 @@ func udp(saddr, daddr string, port uint16) packet {
 func joinDNAT(ds ...string) string { return strings.Join(ds, ",") }
 
 func valuesText(vs []nft.Value) string {
-	var sb strings.Builder
-	writeValues(&sb, vs)
-	return sb.String()
+	return string(appendValues(nil, vs))
 }
