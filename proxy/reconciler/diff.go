@@ -1,24 +1,31 @@
 package reconciler
 
 import (
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
-// keys are the names whose desired and applied states may differ.
+// keys are the names whose desired and applied states may differ. With allElems, every element
+// of either index may differ (a full Commit): the element keys are then not listed, since
+// listing hundreds of thousands of IDs cost more than the diff itself.
 type keys struct {
 	chains, sets, elems map[string]bool
+	allElems            bool
 }
 
 func newKeys() keys {
 	return keys{chains: map[string]bool{}, sets: map[string]bool{}, elems: map[string]bool{}}
 }
 
+// allKeys lists every chain and set of the indexes, and all their elements.
 func allKeys(ixs ...*index) keys {
 	k := newKeys()
+	k.allElems = true
 	for _, ix := range ixs {
 		for n := range ix.chains {
 			k.chains[n] = true
@@ -26,11 +33,27 @@ func allKeys(ixs ...*index) keys {
 		for n := range ix.sets {
 			k.sets[n] = true
 		}
-		for n := range ix.elems {
-			k.elems[n] = true
-		}
 	}
 	return k
+}
+
+// eachElem calls fn once per element ID of ks that either index holds (with allElems: every
+// element of d, then those only in a), or ks lists.
+func (ks keys) eachElem(d, a *index, fn func(id string)) {
+	if !ks.allElems {
+		for id := range ks.elems {
+			fn(id)
+		}
+		return
+	}
+	for id := range d.elems {
+		fn(id)
+	}
+	for id := range a.elems {
+		if _, ok := d.elems[id]; !ok {
+			fn(id)
+		}
+	}
 }
 
 // plan is the operations for one table, grouped so that emit can order them safely: nothing is
@@ -122,11 +145,16 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 	}
 	sort.Strings(p.delChains)
 
-	for _, id := range sorted(ks.elems) {
+	// Elements of a set added (or recreated) in this transaction go in with their set, once.
+	added := make(map[string]bool, len(p.addSets))
+	for _, s := range p.addSets {
+		added[s.Name] = true
+	}
+	ks.eachElem(d, a, func(id string) {
 		de, inD := d.elems[id]
 		ae, inA := a.elems[id]
-		if (inD && p.dropSets[de.el.Set]) || (inA && p.dropSets[ae.el.Set]) {
-			continue // handled with the set below
+		if (inD && (p.dropSets[de.el.Set] || added[de.el.Set])) || (inA && p.dropSets[ae.el.Set]) {
+			return // handled with the set below
 		}
 		switch {
 		case inD && !inA:
@@ -136,25 +164,18 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 			p.addElems = append(p.addElems, de.el)
 		case !inD && inA:
 			if s, ok := a.sets[ae.el.Set]; ok && s.Dynamic {
-				continue // the packet path owns the elements of dynamic sets
+				return // the packet path owns the elements of dynamic sets
 			}
 			p.delElems = append(p.delElems, ae.el)
 		}
-	}
+	})
 	for _, s := range p.addSets {
-		for _, id := range sortedSetElems(d, s.Name) {
+		for id := range d.bySet[s.Name] {
 			p.addElems = append(p.addElems, d.elems[id].el)
 		}
 	}
-	// The kernel lists interval-set elements in the order they were added: add them in the
-	// renderer's canonical order, so a full sync lists exactly as `nftproxy render` loaded with
-	// nft -f does.
-	sort.SliceStable(p.addElems, func(i, j int) bool {
-		if p.addElems[i].Set != p.addElems[j].Set {
-			return p.addElems[i].Set < p.addElems[j].Set
-		}
-		return nft.CompareElements(p.addElems[i], p.addElems[j]) < 0
-	})
+	p.addElems = orderElements(p.addElems, d)
+	p.delElems = orderElements(p.delElems, a)
 	return p
 }
 
@@ -217,17 +238,17 @@ func (p *plan) commit(tb *table, now time.Time) {
 		}
 	}
 	for _, s := range p.addSets {
-		for _, id := range sortedSetElems(d, s.Name) {
+		for id := range d.bySet[s.Name] {
 			a.putElem(id, d.elems[id].el)
 		}
 	}
-	for id := range p.keys.elems {
+	p.keys.eachElem(d, a, func(id string) {
 		if e, ok := d.elems[id]; ok {
 			a.putElem(id, e.el)
 		} else if ae, ok := a.elems[id]; ok && !a.isDynamic(ae.el.Set) {
 			a.delElem(id)
 		}
-	}
+	})
 	copyChain := func(n string) {
 		if dc, ok := d.chains[n]; ok {
 			a.putChain(dc)
@@ -280,16 +301,16 @@ func countDrift(believed, kernel *index) int {
 			n++
 		}
 	}
-	for id := range ks.elems {
+	ks.eachElem(believed, kernel, func(id string) {
 		be, inB := believed.elems[id]
 		ke, inK := kernel.elems[id]
 		if (inB && believed.isDynamic(be.el.Set)) || (inK && kernel.isDynamic(ke.el.Set)) {
-			continue
+			return
 		}
 		if inB != inK || (inB && !sameElement(&be.el, &ke.el)) {
 			n++
 		}
-	}
+	})
 	return n
 }
 
@@ -304,11 +325,34 @@ func sorted(m map[string]bool) []string {
 
 func sortedRefs(ix *index, set string) []string { return sorted(ix.refs[set]) }
 
-func sortedSetElems(ix *index, set string) []string {
-	out := make([]string, 0, len(ix.bySet[set]))
-	for id := range ix.bySet[set] {
-		out = append(out, id)
+// orderElements groups element ops by set, sets in name order, so the encoder packs each
+// set's elements into few messages; within an interval set, in the renderer's canonical order:
+// the kernel lists interval-set elements in the order they were added, and a full sync must list
+// exactly as `nftproxy render` loaded with nft -f does. Hash sets list in the kernel's own order,
+// so their elements keep the order they came in (sorting a full sync's elements cost more than
+// the rest of the plan). Sorting moves indexes, not elements.
+func orderElements(els []nft.Element, ix *index) []nft.Element {
+	if len(els) < 2 {
+		return els
 	}
-	sort.Strings(out)
+	idx := make([]int32, len(els))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	interval := func(set string) bool { s, ok := ix.sets[set]; return ok && s.Interval }
+	slices.SortStableFunc(idx, func(i, j int32) int {
+		a, b := &els[i], &els[j]
+		if c := strings.Compare(a.Set, b.Set); c != 0 {
+			return c
+		}
+		if interval(a.Set) {
+			return nft.CompareElements(*a, *b)
+		}
+		return 0
+	})
+	out := make([]nft.Element, len(els))
+	for i, k := range idx {
+		out[i] = els[k]
+	}
 	return out
 }

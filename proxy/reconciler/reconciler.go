@@ -152,6 +152,9 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	}
 	// Elements: add the new references before dropping the old, so an element both fragments
 	// hold never leaves the desired state.
+	// While the kernel's state is unknown the next Commit diffs every element anyway: listing
+	// each one as dirty would only cost (a first sync sets hundreds of thousands).
+	track := tb.applied != nil
 	for i := range f.Elements {
 		e := f.Elements[i]
 		id := ruleset.ElementID(&e)
@@ -162,13 +165,17 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 			}
 			if !sameElement(&cur.el, &e) {
 				cur.el = e
-				tb.dirty.elems[id] = true
+				if track {
+					tb.dirty.elems[id] = true
+				}
 			}
 			continue
 		}
 		d.putElem(id, e)
 		d.elems[id].owner = owner
-		tb.dirty.elems[id] = true
+		if track {
+			tb.dirty.elems[id] = true
+		}
 	}
 	for i := range old.Elements {
 		id := ruleset.ElementID(&old.Elements[i])
@@ -176,7 +183,9 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 			if cur.refs--; cur.refs <= 0 {
 				d.delElem(id)
 			}
-			tb.dirty.elems[id] = true
+			if track {
+				tb.dirty.elems[id] = true
+			}
 		}
 	}
 }

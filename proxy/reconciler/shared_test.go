@@ -122,3 +122,23 @@ func TestNewChainRulesBeforeElements(t *testing.T) {
 		t.Errorf("rule op at %d, first element op at %d: want every rule before the elements", lastRule, firstElem)
 	}
 }
+
+// TestNewSetElementsAddedOnce: the elements of a set created in the same transaction are sent
+// once (they were sent twice, doubling a full sync's element ops; the kernel took the second
+// add of an element silently).
+func TestNewSetElementsAddedOnce(t *testing.T) {
+	r := &recorder{Interface: nft.NewFake()}
+	h := newHarness(t, r)
+	h.put(svc(1, 3), svc(2, 2))
+	h.commit(false)
+	seen := map[string]bool{}
+	for _, op := range r.last.Ops {
+		if e, ok := op.Object.(*nft.Element); ok {
+			id := op.Table.String() + " " + ruleset.ElementID(e)
+			if seen[id] {
+				t.Errorf("element %s added twice in one transaction", id)
+			}
+			seen[id] = true
+		}
+	}
+}
