@@ -158,20 +158,20 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 		}
 		switch {
 		case inD && !inA:
-			p.addElems = append(p.addElems, de.el)
-		case inD && inA && !sameElement(&de.el, &ae.el):
-			p.delElems = append(p.delElems, ae.el)
-			p.addElems = append(p.addElems, de.el)
+			p.addElems = append(p.addElems, *de.el)
+		case inD && inA && !sameElement(de.el, ae.el):
+			p.delElems = append(p.delElems, *ae.el)
+			p.addElems = append(p.addElems, *de.el)
 		case !inD && inA:
 			if s, ok := a.sets[ae.el.Set]; ok && s.Dynamic {
 				return // the packet path owns the elements of dynamic sets
 			}
-			p.delElems = append(p.delElems, ae.el)
+			p.delElems = append(p.delElems, *ae.el)
 		}
 	})
 	for _, s := range p.addSets {
 		for id := range d.bySet[s.Name] {
-			p.addElems = append(p.addElems, d.elems[id].el)
+			p.addElems = append(p.addElems, *d.elems[id].el)
 		}
 	}
 	p.addElems = orderElements(p.addElems, d)
@@ -307,7 +307,7 @@ func countDrift(believed, kernel *index) int {
 		if (inB && believed.isDynamic(be.el.Set)) || (inK && kernel.isDynamic(ke.el.Set)) {
 			return
 		}
-		if inB != inK || (inB && !sameElement(&be.el, &ke.el)) {
+		if inB != inK || (inB && !sameElement(be.el, ke.el)) {
 			n++
 		}
 	})

@@ -10,7 +10,11 @@ import (
 // elemEntry is one element and how many owners want it (a ClusterIP with several ports, an
 // endpoint behind several Services).
 type elemEntry struct {
-	el   nft.Element
+	// el is never changed in place: a new value gets a new pointer, so the desired and the
+	// applied index share one copy of every element they agree on.
+	el *nft.Element
+	// id is the index's key, kept so that owners' records share its bytes.
+	id   string
 	refs int
 	// owner is the owner that first wanted the element (desired index only); shared is set once
 	// another owner wants it too, and then the owners are found by looking (see ownerOf).
@@ -69,17 +73,27 @@ func (ix *index) isDynamic(set string) bool {
 	return ok && s.Dynamic
 }
 
-// putElem sets an element keeping its reference count (1 for a new one).
-func (ix *index) putElem(id string, e nft.Element) {
+// putElem sets an element keeping its reference count (1 for a new one) and returns its entry.
+// e must not change afterwards.
+func (ix *index) putElem(id string, e *nft.Element) *elemEntry {
 	if cur, ok := ix.elems[id]; ok {
 		cur.el = e
-		return
+		return cur
 	}
-	ix.elems[id] = &elemEntry{el: e, refs: 1}
+	cur := &elemEntry{el: e, id: id, refs: 1}
+	ix.elems[id] = cur
 	if ix.bySet[e.Set] == nil {
 		ix.bySet[e.Set] = map[string]bool{}
 	}
 	ix.bySet[e.Set][id] = true
+	return cur
+}
+
+// cloneElement copies an element for an index, so the caller's fragment can be dropped (the
+// key and data slices are shared: nobody changes them).
+func cloneElement(e *nft.Element) *nft.Element {
+	c := *e
+	return &c
 }
 
 func (ix *index) delElem(id string) {
@@ -126,8 +140,8 @@ func indexFromDump(rs *nft.Ruleset) *index {
 		ix.putSet(&s)
 	}
 	for _, els := range rs.Elements {
-		for _, e := range els {
-			ix.putElem(ruleset.ElementID(&e), e)
+		for i := range els {
+			ix.putElem(ruleset.ElementID(&els[i]), &els[i])
 		}
 	}
 	return ix
@@ -170,6 +184,9 @@ func sameSet(a, b *nft.Set) bool {
 
 // sameElement compares what an element maps to (its identity is already equal).
 func sameElement(a, b *nft.Element) bool {
+	if a == b {
+		return true
+	}
 	if len(a.Data)+len(b.Data) > 0 && !reflect.DeepEqual(a.Data, b.Data) {
 		return false
 	}

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
@@ -116,11 +117,8 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 			return e.owner, true
 		}
 		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
-			f := tb.owners[owner]
-			for i := range f.Elements {
-				if ruleset.ElementID(&f.Elements[i]) == id {
-					return owner, true
-				}
+			if slices.Contains(tb.owners[owner].elems, id) {
+				return owner, true
 			}
 		}
 	}
@@ -132,20 +130,21 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 // fragments: only when the first declarer of a shared chain goes away.
 func (tb *table) anotherChainOwner(chain, except string) string {
 	best := ""
-	for o, f := range tb.owners {
-		if o != except && declares(f, chain) && (best == "" || o < best) {
+	for o, rec := range tb.owners {
+		if o != except && rec.declares(chain) && (best == "" || o < best) {
 			best = o
 		}
 	}
 	return best
 }
 
-// declares reports whether fragment f declares chain.
-func declares(f ruleset.Fragment, chain string) bool {
-	for i := range f.Chains {
-		if f.Chains[i].Chain.Name == chain {
-			return true
-		}
-	}
-	return false
+// ownerRecord is what an owner's last fragment put in its table, by name: the objects
+// themselves live once, in the desired index (a fragment kept whole was a third copy of every
+// element).
+type ownerRecord struct {
+	chains, sets []string
+	elems        []string // element IDs, sharing the desired index's strings
 }
+
+// declares reports whether the owner's fragment declares chain.
+func (o *ownerRecord) declares(chain string) bool { return slices.Contains(o.chains, chain) }

@@ -41,7 +41,7 @@ type Counts struct{ Chains, Rules, Sets, Elements int }
 
 type table struct {
 	t      nft.Table
-	owners map[string]ruleset.Fragment
+	owners map[string]*ownerRecord
 	// chainOwner and setOwner name the owner of each desired chain and set, so that a refused
 	// op can be traced to the Service it came from (elements carry theirs in the index).
 	// Kept up to date by Set: the cost is the fragment's, never the table's.
@@ -65,7 +65,7 @@ type Reconciler struct {
 func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...nft.Table) *Reconciler {
 	r := &Reconciler{kernel: kernel, log: log, now: now}
 	for _, t := range tables {
-		r.tables = append(r.tables, &table{t: t, owners: map[string]ruleset.Fragment{},
+		r.tables = append(r.tables, &table{t: t, owners: map[string]*ownerRecord{},
 			chainOwner: map[string]string{}, setOwner: map[string]string{}, chainRefs: map[string]int{},
 			desired: newIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
@@ -86,10 +86,14 @@ func (r *Reconciler) table(t nft.Table) *table {
 func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	tb := r.table(t)
 	old := tb.owners[owner]
+	if old == nil {
+		old = &ownerRecord{}
+	}
+	rec := &ownerRecord{}
 	if len(f.Chains)+len(f.Sets)+len(f.Elements) == 0 {
 		delete(tb.owners, owner)
 	} else {
-		tb.owners[owner] = f
+		tb.owners[owner] = rec
 	}
 	d := tb.desired
 	// A chain several owners declare (the layout's shared pick chains) stays while any of them
@@ -102,7 +106,8 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 			continue // declared twice by this owner: count it once
 		}
 		newChains[c.Chain.Name] = true
-		if !declares(old, c.Chain.Name) {
+		rec.chains = append(rec.chains, c.Chain.Name)
+		if !old.declares(c.Chain.Name) {
 			tb.chainRefs[c.Chain.Name]++
 			if _, ok := tb.chainOwner[c.Chain.Name]; !ok {
 				tb.chainOwner[c.Chain.Name] = owner
@@ -113,9 +118,8 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 			tb.dirty.chains[c.Chain.Name] = true
 		}
 	}
-	oldChains := make(map[string]bool, len(old.Chains))
-	for _, c := range old.Chains {
-		n := c.Chain.Name
+	oldChains := make(map[string]bool, len(old.chains))
+	for _, n := range old.chains {
 		if newChains[n] || oldChains[n] {
 			continue
 		}
@@ -135,19 +139,20 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	for i := range f.Sets {
 		s := f.Sets[i]
 		newSets[s.Name] = true
+		rec.sets = append(rec.sets, s.Name)
 		tb.setOwner[s.Name] = owner
 		if cur, ok := d.sets[s.Name]; !ok || !sameSet(cur, &s) {
 			d.putSet(&s)
 			tb.dirty.sets[s.Name] = true
 		}
 	}
-	for _, s := range old.Sets {
-		if !newSets[s.Name] {
-			if tb.setOwner[s.Name] == owner {
-				delete(tb.setOwner, s.Name)
+	for _, n := range old.sets {
+		if !newSets[n] {
+			if tb.setOwner[n] == owner {
+				delete(tb.setOwner, n)
 			}
-			d.delSet(s.Name)
-			tb.dirty.sets[s.Name] = true
+			d.delSet(n)
+			tb.dirty.sets[n] = true
 		}
 	}
 	// Elements: add the new references before dropping the old, so an element both fragments
@@ -155,30 +160,31 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	// While the kernel's state is unknown the next Commit diffs every element anyway: listing
 	// each one as dirty would only cost (a first sync sets hundreds of thousands).
 	track := tb.applied != nil
+	rec.elems = make([]string, 0, len(f.Elements))
 	for i := range f.Elements {
-		e := f.Elements[i]
-		id := ruleset.ElementID(&e)
+		e := &f.Elements[i]
+		id := ruleset.ElementID(e)
 		if cur, ok := d.elems[id]; ok {
+			rec.elems = append(rec.elems, cur.id) // the index's copy of the ID: stored once
 			cur.refs++
 			if cur.owner != owner {
 				cur.shared = true
 			}
-			if !sameElement(&cur.el, &e) {
-				cur.el = e
+			if !sameElement(cur.el, e) {
+				cur.el = cloneElement(e)
 				if track {
 					tb.dirty.elems[id] = true
 				}
 			}
 			continue
 		}
-		d.putElem(id, e)
-		d.elems[id].owner = owner
+		rec.elems = append(rec.elems, id)
+		d.putElem(id, cloneElement(e)).owner = owner
 		if track {
 			tb.dirty.elems[id] = true
 		}
 	}
-	for i := range old.Elements {
-		id := ruleset.ElementID(&old.Elements[i])
+	for _, id := range old.elems {
 		if cur, ok := d.elems[id]; ok {
 			if cur.refs--; cur.refs <= 0 {
 				d.delElem(id)
