@@ -72,6 +72,7 @@ type plan struct {
 	newStale    []string
 	keys        keys
 	dropSets    map[string]bool // sets deleted or recreated: their applied elements are gone
+	added       map[string]bool // sets added or recreated: their elements go in with them
 }
 
 func (r *Reconciler) plan(tb *table, ks keys) *plan {
@@ -169,11 +170,8 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 			p.delElems = append(p.delElems, *ae.el)
 		}
 	})
-	for _, s := range p.addSets {
-		for id := range d.bySet[s.Name] {
-			p.addElems = append(p.addElems, *d.elems[id].el)
-		}
-	}
+	d.eachInSets(added, func(_ string, e *elemEntry) { p.addElems = append(p.addElems, *e.el) })
+	p.added = added
 	p.addElems = orderElements(p.addElems, d)
 	p.delElems = orderElements(p.delElems, a)
 	return p
@@ -226,10 +224,8 @@ func (p *plan) emit(tx *nft.Transaction) {
 // commit makes the applied index what the kernel now holds, after the transaction succeeded.
 func (p *plan) commit(tb *table, now time.Time) {
 	d, a := tb.desired, tb.applied
+	a.eachInSets(p.dropSets, func(id string, _ *elemEntry) { a.delElem(id) })
 	for n := range p.dropSets {
-		for id := range a.bySet[n] {
-			a.delElem(id)
-		}
 		a.delSet(n)
 	}
 	for n := range p.keys.sets {
@@ -237,11 +233,7 @@ func (p *plan) commit(tb *table, now time.Time) {
 			a.putSet(s)
 		}
 	}
-	for _, s := range p.addSets {
-		for id := range d.bySet[s.Name] {
-			a.putElem(id, d.elems[id].el)
-		}
-	}
+	d.eachInSets(p.added, func(id string, e *elemEntry) { a.putElem(id, e.el) })
 	p.keys.eachElem(d, a, func(id string) {
 		if e, ok := d.elems[id]; ok {
 			a.putElem(id, e.el)

@@ -28,14 +28,16 @@ type index struct {
 	chains map[string]*ruleset.ChainDef
 	sets   map[string]*nft.Set
 	elems  map[string]*elemEntry // by ruleset.ElementID
-	// bySet lists element IDs per set; refs lists, per set, the chains whose rules name it.
-	bySet map[string]map[string]bool
-	refs  map[string]map[string]bool
+	// perSet counts the elements of each set (a second map of every element's ID cost as much
+	// as the index itself: the few lookups by set scan elems, see eachInSets); refs lists, per
+	// set, the chains whose rules name it.
+	perSet map[string]int
+	refs   map[string]map[string]bool
 }
 
 func newIndex() *index {
 	return &index{chains: map[string]*ruleset.ChainDef{}, sets: map[string]*nft.Set{}, elems: map[string]*elemEntry{},
-		bySet: map[string]map[string]bool{}, refs: map[string]map[string]bool{}}
+		perSet: map[string]int{}, refs: map[string]map[string]bool{}}
 }
 
 func (ix *index) putChain(c *ruleset.ChainDef) {
@@ -82,11 +84,28 @@ func (ix *index) putElem(id string, e *nft.Element) *elemEntry {
 	}
 	cur := &elemEntry{el: e, id: id, refs: 1}
 	ix.elems[id] = cur
-	if ix.bySet[e.Set] == nil {
-		ix.bySet[e.Set] = map[string]bool{}
-	}
-	ix.bySet[e.Set][id] = true
+	ix.perSet[e.Set]++
 	return cur
+}
+
+// eachInSets calls fn for every element of the named sets: one scan of the index, and none
+// when those sets hold nothing (a new set, or one the packet path fills). fn may delete the
+// element it is given.
+func (ix *index) eachInSets(sets map[string]bool, fn func(id string, e *elemEntry)) {
+	some := false
+	for n := range sets {
+		if ix.perSet[n] > 0 {
+			some = true
+		}
+	}
+	if !some {
+		return
+	}
+	for id, e := range ix.elems {
+		if sets[e.el.Set] {
+			fn(id, e)
+		}
+	}
 }
 
 // cloneElement copies an element for an index, so the caller's fragment can be dropped (the
@@ -98,9 +117,8 @@ func cloneElement(e *nft.Element) *nft.Element {
 
 func (ix *index) delElem(id string) {
 	if cur, ok := ix.elems[id]; ok {
-		delete(ix.bySet[cur.el.Set], id)
-		if len(ix.bySet[cur.el.Set]) == 0 {
-			delete(ix.bySet, cur.el.Set)
+		if ix.perSet[cur.el.Set]--; ix.perSet[cur.el.Set] <= 0 {
+			delete(ix.perSet, cur.el.Set)
 		}
 		delete(ix.elems, id)
 	}
