@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -87,5 +88,13 @@ func TestKernelDumpAllocsPerElement(t *testing.T) {
 	if extra := allocs[5000] - allocs[1000]; extra > 100 {
 		t.Errorf("reading back 4,400 more elements allocates %.0f more objects (%.0f for 1,100, %.0f for 5,500), want at most 100",
 			extra, allocs[1000], allocs[5000])
+	}
+}
+
+// TestValueSize: a Value stays 32 bytes (its fields ordered so; Type first made it 40), since a
+// read-back table and the desired state each hold millions.
+func TestValueSize(t *testing.T) {
+	if got := unsafe.Sizeof(Value{}); got > 32 {
+		t.Errorf("Value takes %d bytes, want at most 32: keep Type after Addr and Num", got)
 	}
 }
