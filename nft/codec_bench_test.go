@@ -24,8 +24,11 @@ const (
 	benchEndpoints = 10
 )
 
-// benchFullSyncTx is a full sync of nSvc Services × nEp endpoints on the shared-map layout.
-func benchFullSyncTx(nSvc, nEp int) *Transaction {
+// benchFullSyncTx is a full sync of nSvc Services × nEp endpoints on the shared-map layout. With
+// nodePorts every Service also has a node port (the node-ports interval map, the
+// nodeport-endpoints map and pick-nodeport-N chains) and every distinct endpoint address a
+// hairpin pair: the element count of a restart on the layout.
+func benchFullSyncTx(nSvc, nEp int, nodePorts bool) *Transaction {
 	fam := IPv4
 	a := fam.AddrType()
 	tx := NewTransaction(Table{Family: fam, Name: "nftproxy"})
@@ -57,6 +60,16 @@ func benchFullSyncTx(nSvc, nEp int) *Transaction {
 		Comment: "ClusterIP, LoadBalancer IP or external IP . protocol . port -> Service"})
 	tx.Add(&Set{Name: "endpoints", Key: []Type{a, TypeInetProto, TypeInetService, TypeInteger},
 		Data: []Type{a, TypeInetService}, NumgenKey: 1, Comment: "address . protocol . port . slot -> endpoint"})
+	if nodePorts {
+		for n := 1; n <= nEp; n++ {
+			tx.Add(&Chain{Name: fmt.Sprintf("pick-nodeport-%d", n)})
+		}
+		tx.Add(&Set{Name: "hairpin", Key: []Type{a, a}, Comment: "endpoint . endpoint"})
+		tx.Add(&Set{Name: "node-ports", Key: []Type{TypeInetProto, TypeInetService}, Data: []Type{TypeVerdict}, Interval: true,
+			Comment: "protocol . node port -> Service"})
+		tx.Add(&Set{Name: "nodeport-endpoints", Key: []Type{TypeInetProto, TypeInetService, TypeInteger},
+			Data: []Type{a, TypeInetService}, NumgenKey: 1, Comment: "protocol . node port . slot -> endpoint"})
+	}
 	rules := []Rule{
 		{Chain: "nat-prerouting", Exprs: []Expr{Verdict{Kind: VerdictJump, Chain: "services"}}},
 		{Chain: "nat-output", Exprs: []Expr{Verdict{Kind: VerdictJump, Chain: "services"}}},
@@ -72,6 +85,13 @@ func benchFullSyncTx(nSvc, nEp int) *Transaction {
 			Rule{Chain: fmt.Sprintf("pick-%d", n), Exprs: []Expr{DNATNumgen{Modulus: uint32(n), Map: "endpoints", WithPort: true, Key: DNATNumgenKeyAddr}}},
 			Rule{Chain: fmt.Sprintf("masq-pick-%d", n), Exprs: []Expr{MarkOr{Bits: 0x4000}, Verdict{Kind: VerdictGoto, Chain: fmt.Sprintf("pick-%d", n)}}})
 	}
+	if nodePorts {
+		rules = append(rules, Rule{Chain: "services", Exprs: []Expr{VMap{Fields: DNATNumgenKeyPort, Map: "node-ports"}}})
+		for n := 1; n <= nEp; n++ {
+			rules = append(rules, Rule{Chain: fmt.Sprintf("pick-nodeport-%d", n),
+				Exprs: []Expr{DNATNumgen{Modulus: uint32(n), Map: "nodeport-endpoints", WithPort: true, Key: DNATNumgenKeyPort}}})
+		}
+	}
 	for i := range rules {
 		tx.Add(&rules[i])
 	}
@@ -85,6 +105,23 @@ func benchFullSyncTx(nSvc, nEp int) *Transaction {
 			tx.Add(&Element{Set: "endpoints",
 				Key:  []Value{Addr(benchAddr(198, 18, s)), Proto(unix.IPPROTO_TCP), Port(80), Int(uint32(e))},
 				Data: []Value{Addr(benchAddr(198, 19, (s*nEp+e)%(1<<16))), Port(8080)}})
+		}
+	}
+	if nodePorts {
+		for i := 0; i < min(nSvc*nEp, 1<<16); i++ {
+			ep := Addr(benchAddr(198, 19, i))
+			tx.Add(&Element{Set: "hairpin", Key: []Value{ep, ep}})
+		}
+		for s := 0; s < nSvc; s++ {
+			tx.Add(&Element{Set: "node-ports", Key: []Value{Proto(unix.IPPROTO_TCP), Port(uint16(30000 + s))},
+				Verdict: &Verdict{Kind: VerdictGoto, Chain: fmt.Sprintf("pick-nodeport-%d", nEp)}, Comment: fmt.Sprintf("ns-%05d/svc-%05d:http", s/100, s)})
+		}
+		for s := 0; s < nSvc; s++ {
+			for e := 0; e < nEp; e++ {
+				tx.Add(&Element{Set: "nodeport-endpoints",
+					Key:  []Value{Proto(unix.IPPROTO_TCP), Port(uint16(30000 + s)), Int(uint32(e))},
+					Data: []Value{Addr(benchAddr(198, 19, (s*nEp+e)%(1<<16))), Port(8080)}})
+			}
 		}
 	}
 	for s := 0; s < nSvc; s++ {
@@ -115,7 +152,7 @@ func benchCPU(b *testing.B, before unix.Rusage, n int) {
 // BenchmarkEncodeFullSync encodes a 10k-Service full sync into one batch without sending it:
 // the Go side of Apply alone. All sets are added by the transaction, so no read-back happens.
 func BenchmarkEncodeFullSync(b *testing.B) {
-	tx := benchFullSyncTx(benchServices, benchEndpoints)
+	tx := benchFullSyncTx(benchServices, benchEndpoints, false)
 	k := &Kernel{conn: &nlConn{}, sets: map[Table]map[string]Set{}}
 	ctx := context.Background()
 	var ru unix.Rusage
@@ -136,15 +173,24 @@ func BenchmarkEncodeFullSync(b *testing.B) {
 
 // BenchmarkDumpFullSync reads back a table programmed with the same full sync, from a real
 // kernel in a private namespace (root only): the kernel's dump and our decoding together, split
-// into user and system CPU. 10k Services hold 120k elements; 30k hold 360k, the element count of
-// a restart at 10k Services × 10 endpoints with node ports and hairpin pairs.
+// into user and system CPU. 10k Services hold 120k elements; "restart" adds node ports and
+// hairpin pairs (295,536 elements in six sets, the shape a restart at 10k × 10 reads back);
+// 30k Services put 300k of their 360k elements in one map.
 func BenchmarkDumpFullSync(b *testing.B) {
-	for _, nSvc := range []int{benchServices, 3 * benchServices} {
-		b.Run(fmt.Sprintf("services=%d", nSvc), func(b *testing.B) { benchDump(b, nSvc) })
+	for _, c := range []struct {
+		name      string
+		nSvc      int
+		nodePorts bool
+	}{
+		{"services=10000", benchServices, false},
+		{"services=10000,restart", benchServices, true},
+		{"services=30000", 3 * benchServices, false},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchDump(b, c.nSvc, c.nodePorts) })
 	}
 }
 
-func benchDump(b *testing.B, nSvc int) {
+func benchDump(b *testing.B, nSvc int, nodePorts bool) {
 	ns := netns.New(b, "nftb-dump")
 	k, err := NewKernel(WithNetNS(ns.Fd()))
 	if err != nil {
@@ -152,7 +198,13 @@ func benchDump(b *testing.B, nSvc int) {
 	}
 	defer k.Close()
 	ctx := context.Background()
-	tx := benchFullSyncTx(nSvc, benchEndpoints)
+	tx := benchFullSyncTx(nSvc, benchEndpoints, nodePorts)
+	want := 0
+	for _, op := range tx.Ops {
+		if _, ok := op.Object.(*Element); ok {
+			want++
+		}
+	}
 	start := time.Now()
 	if _, err := k.Apply(ctx, tx); err != nil {
 		b.Fatalf("Apply: %v", err)
@@ -172,7 +224,7 @@ func benchDump(b *testing.B, nSvc int) {
 			elems += len(els)
 		}
 	}
-	if want := nSvc * (benchEndpoints + 2); elems != want {
+	if elems != want {
 		b.Fatalf("Dump returned %d elements, want %d", elems, want)
 	}
 	b.ReportMetric(float64(elems), "elements")
