@@ -244,7 +244,9 @@ func nlParseError(m nlMsg) (nlErrReply, error) {
 	return r, nil
 }
 
-// dump sends one NLM_F_DUMP request and calls fn for every reply message until NLMSG_DONE.
+// dump sends one NLM_F_DUMP request and calls fn for every reply message until NLMSG_DONE. The
+// message fn gets is valid only during the call (it aliases the receive buffer), and fn must
+// not use the connection: the next read overwrites the messages still being walked.
 func (c *nlConn) dump(ctx context.Context, typ uint16, fam Family, attrs func(w *nlBuf), fn func(m nlMsg) error) error {
 	var w nlBuf
 	seq := c.nextSeq(1)
