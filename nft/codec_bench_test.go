@@ -230,3 +230,41 @@ func benchDump(b *testing.B, nSvc int, nodePorts bool) {
 	b.ReportMetric(float64(elems), "elements")
 	benchCPU(b, ru, n)
 }
+
+// BenchmarkDumpRules reads back 3,000 own chains of 3 rules each (the numgen cascade of
+// OWN-CHAINS mode Services, whose rules carry comments) from a kernel in a private namespace
+// (root only): the cost of rule decoding, which the shared maps leave to few Services.
+func BenchmarkDumpRules(b *testing.B) {
+	ns := netns.New(b, "nftb-rules")
+	k, err := NewKernel(WithNetNS(ns.Fd()))
+	if err != nil {
+		b.Fatalf("NewKernel: %v", err)
+	}
+	defer k.Close()
+	ctx := context.Background()
+	tx := NewTransaction(Table{Family: IPv4, Name: "nftproxy"})
+	tx.Add(&TableObj{})
+	for i := 0; i < 3000; i++ {
+		c := fmt.Sprintf("svc-%05d", i)
+		tx.Add(&Chain{Name: c})
+		for j := 3; j > 0; j-- {
+			tx.Add(&Rule{Chain: c, Comment: fmt.Sprintf("ns/svc-%05d:http", i), Exprs: []Expr{
+				NumgenMatch{Modulus: uint32(j), Value: 0},
+				Cmp{Field: FieldL4Proto, Value: Proto(unix.IPPROTO_TCP)},
+				DNAT{Addr: benchAddr(198, 19, i*3+j), Port: 8080}}})
+		}
+	}
+	if _, err := k.Apply(ctx, tx); err != nil {
+		b.Fatalf("Apply: %v", err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rs, err := k.Dump(ctx, tx.Table)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(rs.Rules) != 9000 {
+			b.Fatalf("Dump returned %d rules, want 9000", len(rs.Rules))
+		}
+	}
+}

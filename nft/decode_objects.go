@@ -1,10 +1,11 @@
 package nft
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -192,19 +193,35 @@ func (k *Kernel) dumpRules(ctx context.Context, t Table, rs *Ruleset) ([]Rule, e
 		sets[rs.Sets[i].Name] = &rs.Sets[i]
 	}
 	var out []Rule
+	chains := map[string]string{} // each rule's chain name, shared by the rules of a chain
 	err := k.conn.dump(ctx, unix.NFT_MSG_GETRULE, t.Family, func(w *nlBuf) { w.str(unix.NFTA_RULE_TABLE, t.Name) }, func(m nlMsg) error {
 		if len(m.data) < nlNfgenLen {
 			return nil
 		}
-		a := nlAttrMap(m.data[nlNfgenLen:])
-		if nlStr(a[unix.NFTA_RULE_TABLE]) != t.Name {
+		var table, chain, exprs []byte
+		r := Rule{}
+		for a := nlIter(m.data[nlNfgenLen:]); a.next(); {
+			switch a.typ {
+			case unix.NFTA_RULE_TABLE:
+				table = a.data
+			case unix.NFTA_RULE_CHAIN:
+				chain = a.data
+			case unix.NFTA_RULE_HANDLE:
+				r.Handle = nlU64(a.data)
+			case unix.NFTA_RULE_USERDATA:
+				r.Comment = decodeUdataString(decodeUdataFind(a.data, codecUdataRuleComment))
+			case unix.NFTA_RULE_EXPRESSIONS:
+				exprs = a.data
+			}
+		}
+		if string(nlCut(table)) != t.Name {
 			return nil
 		}
-		r := Rule{Chain: nlStr(a[unix.NFTA_RULE_CHAIN]), Handle: nlU64(a[unix.NFTA_RULE_HANDLE])}
-		if ud, ok := a[unix.NFTA_RULE_USERDATA]; ok {
-			r.Comment = decodeUdataString(decodeUdataFind(ud, codecUdataRuleComment))
+		if r.Chain = chains[string(nlCut(chain))]; r.Chain == "" {
+			r.Chain = nlStr(chain)
+			chains[r.Chain] = r.Chain
 		}
-		r.Exprs = decodeRuleExprs(t.Family, a[unix.NFTA_RULE_EXPRESSIONS], sets)
+		r.Exprs = decodeRuleExprs(t.Family, exprs, sets)
 		out = append(out, r)
 		return nil
 	})
@@ -215,7 +232,7 @@ func (k *Kernel) dumpRules(ctx context.Context, t Table, rs *Ruleset) ([]Rule, e
 	for i, c := range rs.Chains {
 		order[c.Name] = i
 	}
-	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Chain] < order[out[j].Chain] })
+	slices.SortStableFunc(out, func(a, b Rule) int { return cmp.Compare(order[a.Chain], order[b.Chain]) })
 	return out, nil
 }
 

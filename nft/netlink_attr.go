@@ -178,6 +178,16 @@ func nlU64(b []byte) uint64 {
 	return binary.BigEndian.Uint64(b)
 }
 
+// nlCut is b up to its first NUL: a string attribute without its terminator, not copied.
+func nlCut(b []byte) []byte {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i]
+		}
+	}
+	return b
+}
+
 func nlStr(b []byte) string {
 	for i, c := range b {
 		if c == 0 {
