@@ -108,6 +108,16 @@ func codecFieldBytes(fam Family, f Field, v Value) ([]byte, error) {
 }
 
 func codecVerdict(v Verdict) (*expr.Verdict, error) {
+	k, err := codecVerdictKind(v)
+	if err != nil {
+		return nil, err
+	}
+	return &expr.Verdict{Kind: k, Chain: v.Chain}, nil
+}
+
+// codecVerdictKind is the kernel's verdict code for v (NF_ACCEPT, NFT_GOTO, ...), checked for
+// a chain exactly when it jumps; map elements use it without building an expression.
+func codecVerdictKind(v Verdict) (expr.VerdictKind, error) {
 	var k expr.VerdictKind
 	switch v.Kind {
 	case VerdictAccept:
@@ -123,12 +133,12 @@ func codecVerdict(v Verdict) (*expr.Verdict, error) {
 	case VerdictGoto:
 		k = expr.VerdictGoto
 	default:
-		return nil, fmt.Errorf("unknown verdict kind %d", v.Kind)
+		return 0, fmt.Errorf("unknown verdict kind %d", v.Kind)
 	}
 	if (v.Kind == VerdictJump || v.Kind == VerdictGoto) != (v.Chain != "") {
-		return nil, fmt.Errorf("verdict %d: jump and goto need a chain, other verdicts none", v.Kind)
+		return 0, fmt.Errorf("verdict %d: jump and goto need a chain, other verdicts none", v.Kind)
 	}
-	return &expr.Verdict{Kind: k, Chain: v.Chain}, nil
+	return k, nil
 }
 
 func codecU32Host(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }

@@ -46,9 +46,10 @@ func (s *codecSetInfo) singleInterval() bool { return s.set.Interval && len(s.se
 // codecMsg records which ops one message of the batch carries, so that an error reply (by sequence
 // number, and for element lists by attribute offset) names the op the kernel refused.
 type codecMsg struct {
-	op       int   // first op of the message
-	elemOps  []int // for element messages: op index of each element attribute
-	elemOffs []int // offset of each element attribute from the start of the message
+	op int // first op of the message
+	// for element messages: its element attributes are elemOps/elemOffs[elemStart:elemEnd] of
+	// the batch (flat slices, so a message costs no allocation of its own)
+	elemStart, elemEnd int32
 }
 
 // codecBatch is one transaction being encoded.
@@ -58,7 +59,14 @@ type codecBatch struct {
 	table string
 	seq0  uint32 // sequence number of BATCH_BEGIN; message i of msgs has seq0+1+i
 	msgs  []codecMsg
-	sets  func(name string) (*codecSetInfo, error)
+	// op index of each element attribute, and its offset from the start of its message
+	elemOps, elemOffs []int32
+	sets              func(name string) (*codecSetInfo, error)
+	// the set the last element named, in the current table (consecutive elements share a set)
+	lastSet     string
+	lastSetInfo *codecSetInfo
+	// reused buffers for an element's key, key end, data and interval end
+	key, keyEnd, data, next []byte
 	// open element message, extended while consecutive element ops target the same set and verb
 	elemMsg, elemNest int
 	elemSet           string
@@ -68,7 +76,8 @@ type codecBatch struct {
 func (b *codecBatch) begin(typ uint16, flags uint16, op int) int {
 	b.closeElems()
 	seq := b.seq0 + 1 + uint32(len(b.msgs))
-	b.msgs = append(b.msgs, codecMsg{op: op})
+	n := int32(len(b.elemOps))
+	b.msgs = append(b.msgs, codecMsg{op: op, elemStart: n, elemEnd: n})
 	return b.w.beginMsg(codecMsgTypeNFT|typ, flags, seq, uint8(b.fam), 0)
 }
 
@@ -83,7 +92,29 @@ func (b *codecBatch) closeElems() {
 }
 
 func codecUdataString(b []byte, typ byte, s string) []byte {
-	return append(append(b, typ, byte(len(s)+1)), append([]byte(s), 0)...)
+	return append(append(append(b, typ, byte(len(s)+1)), s...), 0)
+}
+
+// codecSetByName is b.sets with a one-entry cache: a full sync adds its elements set by set.
+func (b *codecBatch) codecSetByName(name string) (*codecSetInfo, error) {
+	if b.lastSetInfo != nil && name == b.lastSet {
+		return b.lastSetInfo, nil
+	}
+	info, err := b.sets(name)
+	if err != nil {
+		return nil, err
+	}
+	b.lastSet, b.lastSetInfo = name, info
+	return info, nil
+}
+
+// switchTable makes the following ops act on table t.
+func (b *codecBatch) switchTable(t Table) {
+	if t.Family != b.fam || t.Name != b.table {
+		b.closeElems()
+		b.fam, b.table = t.Family, t.Name
+		b.lastSetInfo = nil
+	}
 }
 
 func codecUdataU32(b []byte, typ byte, v uint32) []byte {
@@ -212,7 +243,9 @@ func (b *codecBatch) rule(i int, verb Verb, r *Rule, rc *codecRuleCtx) error {
 			return err
 		}
 		if r.Comment != "" {
-			w.attr(unix.NFTA_RULE_USERDATA, codecUdataString(nil, codecUdataRuleComment, r.Comment))
+			u := w.open(unix.NFTA_RULE_USERDATA)
+			w.b = codecUdataString(w.b, codecUdataRuleComment, r.Comment)
+			w.close(u)
 		}
 		w.endMsg(m)
 	case VerbDelete:
@@ -331,29 +364,31 @@ func codecSetUdata(s *Set, mod uint32) []byte {
 
 // element appends one element to the open element-list message for its set and verb, starting a
 // new message when the set or verb changes or the list reaches codecElemChunkBytes, so every
-// nested attribute stays far below the 64 KiB its uint16 length can express.
+// nested attribute stays far below the 64 KiB its uint16 length can express. Keys and data are
+// encoded into reused buffers and copied once into the batch: an element allocates nothing.
 func (b *codecBatch) element(i int, verb Verb, e *Element) error {
 	if verb != VerbAdd && verb != VerbDelete {
 		return fmt.Errorf("%v of an element is not supported", verb)
 	}
-	info, err := b.sets(e.Set)
+	info, err := b.codecSetByName(e.Set)
 	if err != nil {
 		return err
 	}
 	s := &info.set
 	bigHost := codecHostToBig(s.Interval)
-	key, err := codecEncodeKey(e.Key, s.Key, bigHost)
-	if err != nil {
+	if b.key, err = codecEncodeKey(b.key[:0], e.Key, s.Key, bigHost); err != nil {
 		return fmt.Errorf("key: %w", err)
 	}
+	key := b.key
 	var keyEnd []byte
 	if e.KeyEnd != nil {
 		if !s.Interval {
 			return fmt.Errorf("element has a KeyEnd but set %s has no interval flag", s.Name)
 		}
-		if keyEnd, err = codecEncodeKey(e.KeyEnd, s.Key, bigHost); err != nil {
+		if b.keyEnd, err = codecEncodeKey(b.keyEnd[:0], e.KeyEnd, s.Key, bigHost); err != nil {
 			return fmt.Errorf("key end: %w", err)
 		}
+		keyEnd = b.keyEnd
 	} else if s.Interval {
 		keyEnd = key
 	}
@@ -364,13 +399,14 @@ func (b *codecBatch) element(i int, verb Verb, e *Element) error {
 			if e.Verdict == nil {
 				return fmt.Errorf("element of verdict map %s needs a Verdict", s.Name)
 			}
-			if _, err := codecVerdict(*e.Verdict); err != nil {
+			if _, err := codecVerdictKind(*e.Verdict); err != nil {
 				return err
 			}
 		case s.IsMap():
-			if data, err = codecEncodeKey(e.Data, s.Data, false); err != nil {
+			if b.data, err = codecEncodeKey(b.data[:0], e.Data, s.Data, false); err != nil {
 				return fmt.Errorf("data: %w", err)
 			}
+			data = b.data
 		case e.Verdict != nil || e.Data != nil:
 			return fmt.Errorf("set %s is not a map: its elements carry no data", s.Name)
 		}
@@ -395,8 +431,9 @@ func (b *codecBatch) element(i int, verb Verb, e *Element) error {
 		// nft's encoding of a single-field range: a start element, and an end element flagged
 		// INTERVAL_END at the first key after the range (none if the range reaches the top).
 		b.elemAttr(i, key, nil, 0, data, e, verb)
-		if next, ok := codecIncrement(keyEnd); ok {
-			b.elemAttr(i, next, nil, codecElemIntervalEnd, nil, nil, verb)
+		var ok bool
+		if b.next, ok = codecIncrement(b.next[:0], keyEnd); ok {
+			b.elemAttr(i, b.next, nil, codecElemIntervalEnd, nil, nil, verb)
 		}
 		return nil
 	}
@@ -406,9 +443,9 @@ func (b *codecBatch) element(i int, verb Verb, e *Element) error {
 
 func (b *codecBatch) elemAttr(i int, key, keyEnd []byte, flags uint32, data []byte, e *Element, verb Verb) {
 	w := &b.w
-	msg := &b.msgs[len(b.msgs)-1]
-	msg.elemOps = append(msg.elemOps, i)
-	msg.elemOffs = append(msg.elemOffs, len(w.b)-b.elemMsg)
+	b.elemOps = append(b.elemOps, int32(i))
+	b.elemOffs = append(b.elemOffs, int32(len(w.b)-b.elemMsg))
+	b.msgs[len(b.msgs)-1].elemEnd = int32(len(b.elemOps))
 	n := w.nest(unix.NFTA_LIST_ELEM)
 	k := w.nest(unix.NFTA_SET_ELEM_KEY)
 	w.attr(unix.NFTA_DATA_VALUE, key)
@@ -428,10 +465,10 @@ func (b *codecBatch) elemAttr(i int, key, keyEnd []byte, flags uint32, data []by
 		if e.Verdict != nil {
 			d := w.nest(unix.NFTA_SET_ELEM_DATA)
 			v := w.nest(unix.NFTA_DATA_VERDICT)
-			code, _ := codecVerdict(*e.Verdict)
-			w.u32(unix.NFTA_VERDICT_CODE, uint32(int32(code.Kind)))
-			if code.Chain != "" {
-				w.str(unix.NFTA_VERDICT_CHAIN, code.Chain)
+			kind, _ := codecVerdictKind(*e.Verdict)
+			w.u32(unix.NFTA_VERDICT_CODE, uint32(int32(kind)))
+			if e.Verdict.Chain != "" {
+				w.str(unix.NFTA_VERDICT_CHAIN, e.Verdict.Chain)
 			}
 			w.endNest(v)
 			w.endNest(d)
@@ -441,10 +478,65 @@ func (b *codecBatch) elemAttr(i int, key, keyEnd []byte, flags uint32, data []by
 			w.endNest(d)
 		}
 		if e.Comment != "" {
-			w.attr(unix.NFTA_SET_ELEM_USERDATA, codecUdataString(nil, codecUdataElemComment, e.Comment))
+			u := w.open(unix.NFTA_SET_ELEM_USERDATA)
+			w.b = codecUdataString(w.b, codecUdataElemComment, e.Comment)
+			w.close(u)
 		}
 	}
 	w.endNest(n)
+}
+
+// codecBatchSize estimates what tx encodes to, a little above it for the shapes nftproxy sends,
+// so that the batch buffer and its bookkeeping are allocated once instead of doubling their way
+// up (a 10k-Service full sync is ~7 MB). It returns the bytes, the element ops and the
+// messages.
+func codecBatchSize(tx *Transaction) (bytes, elems, msgs int) {
+	n := 64
+	for _, op := range tx.Ops {
+		switch o := op.Object.(type) {
+		case *Element:
+			elems++
+			// list element, key nest and value: 12 bytes of headers and the key
+			n += 16 + codecValuesSize(o.Key)
+			if o.KeyEnd != nil {
+				n += 12 + codecValuesSize(o.KeyEnd)
+			}
+			if o.Data != nil {
+				n += 8 + codecValuesSize(o.Data)
+			}
+			if o.Verdict != nil {
+				n += 28 + len(o.Verdict.Chain)
+			}
+			if o.Comment != "" {
+				n += 12 + len(o.Comment)
+			}
+			if o.Timeout > 0 {
+				n += 12
+			}
+		case *Rule:
+			msgs++
+			n += 128 + 128*len(o.Exprs) + len(o.Comment)
+		default:
+			msgs++
+			n += 512
+		}
+	}
+	// element lists are split into messages of codecElemChunkBytes, each with its header
+	chunks := n/codecElemChunkBytes + 1
+	return n + chunks*128, elems, msgs + chunks + 2
+}
+
+// codecValuesSize is the encoded length of a key or value: each field padded to 4 bytes.
+func codecValuesSize(vs []Value) int {
+	n := 0
+	for _, v := range vs {
+		if v.Type == TypeIPv6Addr {
+			n += 16
+		} else {
+			n += 4
+		}
+	}
+	return n
 }
 
 // codecOpName is the "add rule" text of an op, for errors.

@@ -169,24 +169,23 @@ func codecAppendValue(b []byte, v Value, want Type, bigHost bool) ([]byte, error
 	return nil, fmt.Errorf("cannot encode a value of type %v", v.Type)
 }
 
-// codecEncodeKey encodes a key or map value of types ts. A concatenation pads each field to 4 bytes.
-func codecEncodeKey(vals []Value, ts []Type, bigHost bool) ([]byte, error) {
+// codecEncodeKey appends to dst the encoding of a key or map value of types ts. A concatenation
+// pads each field to 4 bytes. Callers pass a reused buffer, so a key costs no allocation.
+func codecEncodeKey(dst []byte, vals []Value, ts []Type, bigHost bool) ([]byte, error) {
 	if len(vals) != len(ts) {
 		return nil, fmt.Errorf("%d fields where the set's type has %d (%v)", len(vals), len(ts), ts)
 	}
-	var b []byte
+	start := len(dst)
 	for i, v := range vals {
 		var err error
-		if b, err = codecAppendValue(b, v, ts[i], bigHost); err != nil {
+		if dst, err = codecAppendValue(dst, v, ts[i], bigHost); err != nil {
 			return nil, fmt.Errorf("field %d: %w", i, err)
 		}
 		if len(ts) > 1 {
-			for len(b)%4 != 0 {
-				b = append(b, 0)
-			}
+			dst = append(dst, nlZeros[:codecPad4(len(dst)-start)-(len(dst)-start)]...)
 		}
 	}
-	return b, nil
+	return dst, nil
 }
 
 // codecDecodeKey is the inverse of codecEncodeKey.
@@ -246,17 +245,20 @@ func codecKeyByteOrder(ts []Type, interval bool) uint32 {
 	return codecByteOrderBig
 }
 
-// codecIncrement returns b+1 as a big-endian number of the same length, and false if b was all
-// ones (no successor). Single-field interval sets end a range at the first key after it.
-func codecIncrement(b []byte) ([]byte, bool) {
-	out := append([]byte(nil), b...)
+// codecIncrement appends to dst b+1 as a big-endian number of the same length, and returns false
+// if b was all ones (no successor). Single-field interval sets end a range at the first key
+// after it.
+func codecIncrement(dst, b []byte) ([]byte, bool) {
+	start := len(dst)
+	dst = append(dst, b...)
+	out := dst[start:]
 	for i := len(out) - 1; i >= 0; i-- {
 		out[i]++
 		if out[i] != 0 {
-			return out, true
+			return dst, true
 		}
 	}
-	return nil, false
+	return dst[:start], false
 }
 
 // codecDecrement returns b-1 (big-endian); b must not be all zeros.

@@ -54,20 +54,77 @@ func decodeNewExpr(name string) expr.Any {
 	return nil
 }
 
+// decodeExprName returns the expression name in b (NUL-terminated) as a string, the constant
+// for the names the decoder knows, so that a rule's expressions allocate no name each.
+func decodeExprName(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	switch string(b) {
+	case "payload":
+		return "payload"
+	case "meta":
+		return "meta"
+	case "cmp":
+		return "cmp"
+	case "bitwise":
+		return "bitwise"
+	case "byteorder":
+		return "byteorder"
+	case "lookup":
+		return "lookup"
+	case "ct":
+		return "ct"
+	case "fib":
+		return "fib"
+	case "immediate":
+		return "immediate"
+	case "masq":
+		return "masq"
+	case "nat":
+		return "nat"
+	case "numgen":
+		return "numgen"
+	case "reject":
+		return "reject"
+	case "dynset":
+		return "dynset"
+	}
+	return string(b)
+}
+
 func decodeRawExprs(fam Family, b []byte) []decodeRaw {
 	var out []decodeRaw
-	for _, el := range nlParseAttrs(b) {
-		a := nlAttrMap(el.data)
-		name := nlStr(a[unix.NFTA_EXPR_NAME])
-		data := a[unix.NFTA_EXPR_DATA]
+	for el := nlIter(b); el.next(); {
+		var name string
+		var data []byte
+		for a := nlIter(el.data); a.next(); {
+			switch a.typ {
+			case unix.NFTA_EXPR_NAME:
+				name = decodeExprName(a.data)
+			case unix.NFTA_EXPR_DATA:
+				data = a.data
+			}
+		}
 		e := decodeNewExpr(name)
 		if name == "byteorder" {
 			// google/nftables v0.3.0 cannot unmarshal byteorder; read its attributes here.
-			ba := nlAttrMap(data)
-			out = append(out, decodeRaw{name: name, e: &expr.Byteorder{
-				SourceRegister: nlU32(ba[unix.NFTA_BYTEORDER_SREG]), DestRegister: nlU32(ba[unix.NFTA_BYTEORDER_DREG]),
-				Op: expr.ByteorderOp(nlU32(ba[unix.NFTA_BYTEORDER_OP])), Len: nlU32(ba[unix.NFTA_BYTEORDER_LEN]),
-				Size: nlU32(ba[unix.NFTA_BYTEORDER_SIZE])}})
+			bo := &expr.Byteorder{}
+			for a := nlIter(data); a.next(); {
+				switch a.typ {
+				case unix.NFTA_BYTEORDER_SREG:
+					bo.SourceRegister = nlU32(a.data)
+				case unix.NFTA_BYTEORDER_DREG:
+					bo.DestRegister = nlU32(a.data)
+				case unix.NFTA_BYTEORDER_OP:
+					bo.Op = expr.ByteorderOp(nlU32(a.data))
+				case unix.NFTA_BYTEORDER_LEN:
+					bo.Len = nlU32(a.data)
+				case unix.NFTA_BYTEORDER_SIZE:
+					bo.Size = nlU32(a.data)
+				}
+			}
+			out = append(out, decodeRaw{name: name, e: bo})
 			continue
 		}
 		if e != nil {

@@ -1,11 +1,11 @@
 package nft
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,8 +35,9 @@ func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) {
 	for _, s := range rs.Sets {
 		k.sets[t][s.Name] = s
 	}
+	chains := map[string]string{}
 	for i := range rs.Sets {
-		els, err := k.dumpElements(ctx, t, &rs.Sets[i])
+		els, err := k.dumpElements(ctx, t, &rs.Sets[i], chains)
 		if err != nil {
 			return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)
 		}
@@ -109,6 +110,21 @@ func decodeUdata(b []byte) map[byte][]byte {
 
 func decodeUdataString(b []byte) string { return nlStr(b) }
 
+// decodeUdataFind returns the value of the first userdata TLV of type typ, without building a map.
+func decodeUdataFind(b []byte, typ byte) []byte {
+	for len(b) >= 2 {
+		t, n := b[0], int(b[1])
+		if 2+n > len(b) {
+			break
+		}
+		if t == typ {
+			return b[2 : 2+n]
+		}
+		b = b[2+n:]
+	}
+	return nil
+}
+
 func (k *Kernel) dumpSets(ctx context.Context, t Table) ([]Set, error) {
 	var out []Set
 	err := k.conn.dump(ctx, unix.NFT_MSG_GETSET, t.Family, func(w *nlBuf) { w.str(unix.NFTA_SET_TABLE, t.Name) }, func(m nlMsg) error {
@@ -153,115 +169,6 @@ func (k *Kernel) dumpSets(ctx context.Context, t Table) ([]Set, error) {
 	return out, err
 }
 
-// decodeRawElem is one element as the kernel reports it, before interval reassembly.
-type decodeRawElem struct {
-	key, keyEnd []byte
-	flags       uint32
-	el          Element
-}
-
-func (k *Kernel) dumpElements(ctx context.Context, t Table, s *Set) ([]Element, error) {
-	var raws []decodeRawElem
-	err := k.conn.dump(ctx, unix.NFT_MSG_GETSETELEM, t.Family, func(w *nlBuf) {
-		w.str(unix.NFTA_SET_ELEM_LIST_TABLE, t.Name)
-		w.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
-	}, func(m nlMsg) error {
-		if len(m.data) < nlNfgenLen {
-			return nil
-		}
-		a := nlAttrMap(m.data[nlNfgenLen:])
-		for _, e := range nlParseAttrs(a[unix.NFTA_SET_ELEM_LIST_ELEMENTS]) {
-			r, err := decodeElem(s, e.data)
-			if err != nil {
-				return err
-			}
-			raws = append(raws, r)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	bigHost := codecHostToBig(s.Interval)
-	if s.Interval && len(s.Key) == 1 {
-		raws = decodeJoinIntervals(raws)
-	}
-	out := make([]Element, 0, len(raws))
-	for _, r := range raws {
-		el := r.el
-		if el.Key, err = codecDecodeKey(r.key, s.Key, bigHost); err != nil {
-			return nil, fmt.Errorf("element key %x: %w", r.key, err)
-		}
-		if s.Interval && r.keyEnd != nil {
-			if el.KeyEnd, err = codecDecodeKey(r.keyEnd, s.Key, bigHost); err != nil {
-				return nil, fmt.Errorf("element key end %x: %w", r.keyEnd, err)
-			}
-		}
-		out = append(out, el)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return decodeKeyLess(out[i].Key, out[j].Key) })
-	return out, nil
-}
-
-func decodeElem(s *Set, b []byte) (decodeRawElem, error) {
-	a := nlAttrMap(b)
-	r := decodeRawElem{el: Element{Set: s.Name}}
-	r.key = nlAttrMap(a[unix.NFTA_SET_ELEM_KEY])[unix.NFTA_DATA_VALUE]
-	if ke, ok := a[codecSetElemKeyEnd]; ok {
-		r.keyEnd = nlAttrMap(ke)[unix.NFTA_DATA_VALUE]
-	}
-	r.flags = nlU32(a[unix.NFTA_SET_ELEM_FLAGS])
-	if d, ok := a[unix.NFTA_SET_ELEM_DATA]; ok {
-		da := nlAttrMap(d)
-		if v, ok := da[unix.NFTA_DATA_VERDICT]; ok {
-			va := nlAttrMap(v)
-			vd, err := decodeVerdictCode(int32(nlU32(va[unix.NFTA_VERDICT_CODE])), nlStr(va[unix.NFTA_VERDICT_CHAIN]))
-			if err != nil {
-				return r, err
-			}
-			r.el.Verdict = &vd
-		} else if val, ok := da[unix.NFTA_DATA_VALUE]; ok && s.IsMap() {
-			vals, err := codecDecodeKey(val, s.Data, false)
-			if err != nil {
-				return r, fmt.Errorf("element data %x: %w", val, err)
-			}
-			r.el.Data = vals
-		}
-	}
-	if to, ok := a[unix.NFTA_SET_ELEM_TIMEOUT]; ok {
-		d := time.Duration(nlU64(to)) * time.Millisecond
-		if d != s.Timeout {
-			r.el.Timeout = d
-		}
-	}
-	if ud, ok := a[unix.NFTA_SET_ELEM_USERDATA]; ok {
-		r.el.Comment = decodeUdataString(decodeUdata(ud)[codecUdataElemComment])
-	}
-	return r, nil
-}
-
-// decodeJoinIntervals turns a single-field interval set's start and INTERVAL_END elements back
-// into ranges with inclusive ends: each start runs to the key before the next end element, or to
-// the top of the key space if none follows.
-func decodeJoinIntervals(raws []decodeRawElem) []decodeRawElem {
-	sort.SliceStable(raws, func(i, j int) bool { return bytes.Compare(raws[i].key, raws[j].key) < 0 })
-	var out []decodeRawElem
-	for i := 0; i < len(raws); i++ {
-		r := raws[i]
-		if r.flags&codecElemIntervalEnd != 0 {
-			continue // an end without a start: nft's zero element, or a stray
-		}
-		if i+1 < len(raws) && raws[i+1].flags&codecElemIntervalEnd != 0 {
-			r.keyEnd = codecDecrement(raws[i+1].key)
-			i++
-		} else {
-			r.keyEnd = bytes.Repeat([]byte{0xff}, len(r.key))
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 func decodeVerdictCode(code int32, chain string) (Verdict, error) {
 	switch code {
 	case codecVerdictAcceptCode:
@@ -280,41 +187,41 @@ func decodeVerdictCode(code int32, chain string) (Verdict, error) {
 	return Verdict{}, fmt.Errorf("unknown verdict code %d", code)
 }
 
-// decodeKeyLess orders keys field by field, giving Dump a stable element order.
-func decodeKeyLess(a, b []Value) bool {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i].Type != b[i].Type {
-			return a[i].Type < b[i].Type
-		}
-		if c := a[i].Addr.Compare(b[i].Addr); c != 0 {
-			return c < 0
-		}
-		if a[i].Num != b[i].Num {
-			return a[i].Num < b[i].Num
-		}
-	}
-	return len(a) < len(b)
-}
-
 func (k *Kernel) dumpRules(ctx context.Context, t Table, rs *Ruleset) ([]Rule, error) {
 	sets := map[string]*Set{}
 	for i := range rs.Sets {
 		sets[rs.Sets[i].Name] = &rs.Sets[i]
 	}
 	var out []Rule
+	chains := map[string]string{} // each rule's chain name, shared by the rules of a chain
 	err := k.conn.dump(ctx, unix.NFT_MSG_GETRULE, t.Family, func(w *nlBuf) { w.str(unix.NFTA_RULE_TABLE, t.Name) }, func(m nlMsg) error {
 		if len(m.data) < nlNfgenLen {
 			return nil
 		}
-		a := nlAttrMap(m.data[nlNfgenLen:])
-		if nlStr(a[unix.NFTA_RULE_TABLE]) != t.Name {
+		var table, chain, exprs []byte
+		r := Rule{}
+		for a := nlIter(m.data[nlNfgenLen:]); a.next(); {
+			switch a.typ {
+			case unix.NFTA_RULE_TABLE:
+				table = a.data
+			case unix.NFTA_RULE_CHAIN:
+				chain = a.data
+			case unix.NFTA_RULE_HANDLE:
+				r.Handle = nlU64(a.data)
+			case unix.NFTA_RULE_USERDATA:
+				r.Comment = decodeUdataString(decodeUdataFind(a.data, codecUdataRuleComment))
+			case unix.NFTA_RULE_EXPRESSIONS:
+				exprs = a.data
+			}
+		}
+		if string(nlCut(table)) != t.Name {
 			return nil
 		}
-		r := Rule{Chain: nlStr(a[unix.NFTA_RULE_CHAIN]), Handle: nlU64(a[unix.NFTA_RULE_HANDLE])}
-		if ud, ok := a[unix.NFTA_RULE_USERDATA]; ok {
-			r.Comment = decodeUdataString(decodeUdata(ud)[codecUdataRuleComment])
+		if r.Chain = chains[string(nlCut(chain))]; r.Chain == "" {
+			r.Chain = nlStr(chain)
+			chains[r.Chain] = r.Chain
 		}
-		r.Exprs = decodeRuleExprs(t.Family, a[unix.NFTA_RULE_EXPRESSIONS], sets)
+		r.Exprs = decodeRuleExprs(t.Family, exprs, sets)
 		out = append(out, r)
 		return nil
 	})
@@ -325,7 +232,7 @@ func (k *Kernel) dumpRules(ctx context.Context, t Table, rs *Ruleset) ([]Rule, e
 	for i, c := range rs.Chains {
 		order[c.Name] = i
 	}
-	sort.SliceStable(out, func(i, j int) bool { return order[out[i].Chain] < order[out[j].Chain] })
+	slices.SortStableFunc(out, func(a, b Rule) int { return cmp.Compare(order[a.Chain], order[b.Chain]) })
 	return out, nil
 }
 

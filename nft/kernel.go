@@ -201,6 +201,10 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 	}
 	n := len(tx.Ops) + 2
 	b := &codecBatch{seq0: k.conn.nextSeq(n)}
+	size, elems, msgs := codecBatchSize(tx)
+	b.w.b = make([]byte, 0, size)
+	b.msgs = make([]codecMsg, 0, msgs)
+	b.elemOps, b.elemOffs = make([]int32, 0, elems), make([]int32, 0, elems)
 	b.sets = func(name string) (*codecSetInfo, error) { return lookup(Table{Family: b.fam, Name: b.table}, name) }
 	rc := &codecRuleCtx{sets: func(name string) (codecSetRef, error) {
 		s, err := b.sets(name)
@@ -213,10 +217,7 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 	b.w.endMsg(begin)
 	for i, op := range tx.Ops {
 		t := kernelOpTable(tx, op)
-		if t.Family != b.fam || t.Name != b.table {
-			b.closeElems()
-			b.fam, b.table = t.Family, t.Name
-		}
+		b.switchTable(t)
 		rc.fam = t.Family
 		if err := b.addOp(i, op, rc); err != nil {
 			oe := &OpError{Index: i, Op: codecOpName(op), Object: codecObjectDesc(t, op), Err: err}
@@ -301,10 +302,11 @@ func (k *Kernel) opError(tx *Transaction, b *codecBatch, e nlErrReply) *OpError 
 	}
 	m := b.msgs[i]
 	idx := m.op
-	if e.offset >= 0 && len(m.elemOffs) > 0 {
-		j := sort.SearchInts(m.elemOffs, e.offset+1) - 1
+	offs := b.elemOffs[m.elemStart:m.elemEnd]
+	if e.offset >= 0 && len(offs) > 0 {
+		j := sort.Search(len(offs), func(j int) bool { return int(offs[j]) > e.offset }) - 1
 		if j >= 0 {
-			idx = m.elemOps[j]
+			idx = int(b.elemOps[int(m.elemStart)+j])
 		}
 	}
 	op := tx.Ops[idx]
@@ -344,12 +346,22 @@ func codecNumgenModuli(tx *Transaction, sets map[kernelSetKey]*codecSetInfo) {
 			}
 		}
 	}
+	// A full sync adds ~100k slots to a few maps, one map after the other: remember the last.
+	var last *codecSetInfo
+	var lastKey kernelSetKey
 	for _, op := range tx.Ops {
-		if el, ok := op.Object.(*Element); ok && op.Verb == VerbAdd && len(el.Key) > 0 {
-			slot := el.Key[len(el.Key)-1]
-			if s := sets[kernelSetKey{kernelOpTable(tx, op), el.Set}]; s != nil && s.set.NumgenKey == 0 && slot.Type == TypeInteger && s.modulus <= slot.Num {
-				s.modulus = slot.Num + 1
+		el, ok := op.Object.(*Element)
+		if !ok || op.Verb != VerbAdd || len(el.Key) == 0 || el.Key[len(el.Key)-1].Type != TypeInteger {
+			continue
+		}
+		key := kernelSetKey{kernelOpTable(tx, op), el.Set}
+		if last == nil || key != lastKey {
+			if last, lastKey = sets[key], key; last == nil {
+				continue
 			}
+		}
+		if slot := el.Key[len(el.Key)-1]; last.set.NumgenKey == 0 && last.modulus <= slot.Num {
+			last.modulus = slot.Num + 1
 		}
 	}
 }

@@ -186,7 +186,7 @@ func TestKernelDumpElements(t *testing.T) {
 						w[i].KeyEnd = w[i].Key // a single key reads back as a one-key range
 					}
 				}
-				sort.SliceStable(w, func(i, j int) bool { return decodeKeyLess(w[i].Key, w[j].Key) })
+				sort.SliceStable(w, func(i, j int) bool { return CompareKeys(w[i].Key, w[j].Key) < 0 })
 				if got := rs.Elements[name]; !reflect.DeepEqual(got, w) {
 					t.Errorf("Dump elements of %s:\n got %+v\nwant %+v", name, got, w)
 				}

@@ -46,25 +46,30 @@ func CheckComment(c string) error {
 	return nil
 }
 
-// checkOpStrings checks the names and comment an op carries against the limits above.
+// checkOpStrings checks the names and comment an op carries against the limits above. It runs
+// for every element of a full sync, so it builds nothing.
 func checkOpStrings(op Op) error {
-	var names []string
-	comment := ""
+	name, name2, comment := "", "", ""
 	switch o := op.Object.(type) {
 	case *Chain:
-		names = []string{o.Name}
+		name = o.Name
 	case *Set:
-		names, comment = []string{o.Name}, o.Comment
+		name, comment = o.Name, o.Comment
 	case *Element:
-		names, comment = []string{o.Set}, o.Comment
-		if o.Verdict != nil && o.Verdict.Chain != "" {
-			names = append(names, o.Verdict.Chain)
+		name, comment = o.Set, o.Comment
+		if o.Verdict != nil {
+			name2 = o.Verdict.Chain
 		}
 	case *Rule:
-		names, comment = []string{o.Chain}, o.Comment
+		name, comment = o.Chain, o.Comment
+	default:
+		return nil
 	}
-	for _, n := range names {
-		if err := CheckName(n); err != nil {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if name2 != "" {
+		if err := CheckName(name2); err != nil {
 			return err
 		}
 	}

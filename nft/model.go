@@ -163,10 +163,14 @@ func (s *Set) IsMap() bool { return len(s.Data) > 0 }
 func (s *Set) IsVerdictMap() bool { return len(s.Data) == 1 && s.Data[0] == TypeVerdict }
 
 // Value is one typed field of a key or of map data. Build it with Addr, Proto, Port, Int or Mark.
+//
+// The fields are ordered for size: a Value takes 32 bytes, not the 40 of Type first (a table of
+// 10k Services × 10 endpoints read back holds about two million Values, its desired state as
+// many).
 type Value struct {
-	Type Type
 	Addr netip.Addr // TypeIPv4Addr / TypeIPv6Addr
 	Num  uint32     // every other type
+	Type Type
 }
 
 // Addr returns an address value of the address's own family.

@@ -40,42 +40,64 @@ func (w *nlBuf) endMsg(off int) {
 	binary.NativeEndian.PutUint32(w.b[off:off+4], uint32(len(w.b)-off))
 }
 
+// nlZeros pads attributes; it is never written.
+var nlZeros [4]byte
+
+// hdr appends an attribute header of length n (header included).
+func (w *nlBuf) hdr(typ uint16, n int) {
+	w.b = binary.NativeEndian.AppendUint16(w.b, uint16(n))
+	w.b = binary.NativeEndian.AppendUint16(w.b, typ)
+}
+
+// pad appends the zero bytes that align an attribute of length n.
+func (w *nlBuf) pad(n int) { w.b = append(w.b, nlZeros[:nlAlign(n)-n]...) }
+
 // attr appends one attribute with its padding.
 func (w *nlBuf) attr(typ uint16, data []byte) {
 	n := nlAttrHdrLen + len(data)
-	var h [nlAttrHdrLen]byte
-	binary.NativeEndian.PutUint16(h[0:2], uint16(n))
-	binary.NativeEndian.PutUint16(h[2:4], typ)
-	w.b = append(w.b, h[:]...)
+	w.hdr(typ, n)
 	w.b = append(w.b, data...)
-	for i := n; i < nlAlign(n); i++ {
-		w.b = append(w.b, 0)
-	}
+	w.pad(n)
 }
 
+// str appends a NUL-terminated string attribute.
 func (w *nlBuf) str(typ uint16, s string) {
-	w.attr(typ, append([]byte(s), 0))
+	n := nlAttrHdrLen + len(s) + 1
+	w.hdr(typ, n)
+	w.b = append(append(w.b, s...), 0)
+	w.pad(n)
 }
 
 func (w *nlBuf) u32(typ uint16, v uint32) {
-	w.attr(typ, binary.BigEndian.AppendUint32(nil, v))
+	w.hdr(typ, nlAttrHdrLen+4)
+	w.b = binary.BigEndian.AppendUint32(w.b, v)
 }
 
 func (w *nlBuf) u64(typ uint16, v uint64) {
-	w.attr(typ, binary.BigEndian.AppendUint64(nil, v))
+	w.hdr(typ, nlAttrHdrLen+8)
+	w.b = binary.BigEndian.AppendUint64(w.b, v)
 }
 
-// nest starts a nested attribute and returns its offset for endNest.
-func (w *nlBuf) nest(typ uint16) int {
+// open starts an attribute whose payload the caller appends to w.b in place (no intermediate
+// slice); close writes its length and pads it.
+func (w *nlBuf) open(typ uint16) int {
 	off := len(w.b)
-	var h [nlAttrHdrLen]byte
-	binary.NativeEndian.PutUint16(h[2:4], typ|nlAttrNested)
-	w.b = append(w.b, h[:]...)
+	w.hdr(typ, 0)
 	return off
 }
 
+func (w *nlBuf) close(off int) {
+	n := len(w.b) - off
+	binary.NativeEndian.PutUint16(w.b[off:off+2], uint16(n))
+	w.pad(n)
+}
+
+// nest starts a nested attribute and returns its offset for endNest.
+func (w *nlBuf) nest(typ uint16) int { return w.open(typ | nlAttrNested) }
+
 // endNest writes the length of the nested attribute at off. Callers keep nests below 64 KiB
-// (element lists are chunked), so the uint16 length can never overflow.
+// (element lists are chunked), so the uint16 length can never overflow. Nested attributes are
+// whole attributes, so no padding is needed.
 func (w *nlBuf) endNest(off int) {
 	binary.NativeEndian.PutUint16(w.b[off:off+2], uint16(len(w.b)-off))
 }
@@ -104,6 +126,35 @@ func nlParseAttrs(b []byte) []nlAttr {
 	return out
 }
 
+// nlAttrIter walks the attributes of b without allocating: for it := nlIter(b); it.next(); {
+// it.typ, it.data }. Malformed trailing bytes end the walk, as in nlParseAttrs.
+type nlAttrIter struct {
+	b    []byte
+	typ  uint16
+	data []byte
+}
+
+func nlIter(b []byte) nlAttrIter { return nlAttrIter{b: b} }
+
+func (it *nlAttrIter) next() bool {
+	if len(it.b) < nlAttrHdrLen {
+		return false
+	}
+	n := int(binary.NativeEndian.Uint16(it.b[0:2]))
+	if n < nlAttrHdrLen || n > len(it.b) {
+		it.b = nil
+		return false
+	}
+	it.typ = binary.NativeEndian.Uint16(it.b[2:4]) & nlAttrTypeMsk
+	it.data = it.b[nlAttrHdrLen:n]
+	a := nlAlign(n)
+	if a > len(it.b) {
+		a = len(it.b)
+	}
+	it.b = it.b[a:]
+	return true
+}
+
 // nlAttrMap indexes attributes by type (the last one wins).
 func nlAttrMap(b []byte) map[uint16][]byte {
 	m := map[uint16][]byte{}
@@ -125,6 +176,16 @@ func nlU64(b []byte) uint64 {
 		return 0
 	}
 	return binary.BigEndian.Uint64(b)
+}
+
+// nlCut is b up to its first NUL: a string attribute without its terminator, not copied.
+func nlCut(b []byte) []byte {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i]
+		}
+	}
+	return b
 }
 
 func nlStr(b []byte) string {

@@ -45,6 +45,7 @@ const DefaultWatchBuffer = 64 << 20
 type Watcher struct {
 	s     *socket.Conn
 	buf   []byte
+	msgs  []nlMsg // reused by Run: its messages alias buf
 	state watchState
 }
 
@@ -114,7 +115,8 @@ func (w *Watcher) Run(ctx context.Context, fn func(Foreign)) error {
 		if err != nil {
 			return fmt.Errorf("read nftables events: %w", err)
 		}
-		msgs, err := nlParseMsgs(w.buf[:n])
+		msgs, err := nlParseMsgs(w.msgs[:0], w.buf[:n])
+		w.msgs = msgs
 		if err != nil {
 			// A malformed datagram hides what it held: verify everything.
 			w.state.reset()

@@ -247,7 +247,7 @@ func TestWatchNLMsgPID(t *testing.T) {
 	off := w.beginMsg(codecMsgTypeNFT|unix.NFT_MSG_NEWGEN, 0, 3, 0, 0)
 	w.endMsg(off)
 	binary.NativeEndian.PutUint32(w.b[12:16], 99)
-	msgs, err := nlParseMsgs(w.b)
+	msgs, err := nlParseMsgs(nil, w.b)
 	if err != nil || len(msgs) != 1 || msgs[0].pid != 99 {
 		t.Fatalf("parsed %+v, %v; want one message from port 99", msgs, err)
 	}
