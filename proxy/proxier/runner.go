@@ -53,7 +53,8 @@ func (c *RunConfig) retryBase() time.Duration {
 }
 
 // Runner calls Proxier.Sync when poked, paced by what syncs cost (or once per MinSyncPeriod when
-// it is fixed), plus a full sync every FullSyncPeriod, retrying failures with exponential backoff. It never exits on a failed sync.
+// it is fixed), plus a full sync every FullSyncPeriod, retrying failures with exponential
+// backoff. It never exits on a failed sync.
 type Runner struct {
 	p    *Proxier
 	cfg  RunConfig
