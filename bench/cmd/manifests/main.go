@@ -10,7 +10,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -47,15 +46,7 @@ func write(dir string, services, endpoints int, seed int64) error {
 	}
 	w := bufio.NewWriter(f)
 	wl := workload.Generate(workload.DefaultSpec(services, endpoints, seed))
-	doc := func(kind, apiVersion string, obj any) error {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		// The typed objects leave TypeMeta empty; the manifest loader needs it.
-		fmt.Fprintf(w, "---\n{\"kind\":%q,\"apiVersion\":%q,%s\n", kind, apiVersion, b[1:])
-		return nil
-	}
+	doc := func(kind, apiVersion string, obj any) error { return workload.WriteManifest(w, kind, apiVersion, obj) }
 	if err := doc("Node", "v1", wl.NodeObject()); err != nil {
 		return err
 	}
