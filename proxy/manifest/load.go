@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -180,7 +181,15 @@ func Load(dir string) (Objects, []FileError) { return Loader{}.Load(dir) }
 // keeps its first definition and the second is reported as a FileError. A directory that
 // cannot be read gives a single FileError with Directory set (see DirectoryError); an empty
 // directory gives no objects and no error.
-func (l Loader) Load(dir string) (Objects, []FileError) {
+func (l Loader) Load(dir string) (Objects, []FileError) { return l.load(dir, nil) }
+
+// load is Load, reusing the objects of files that have not changed since cache got them (nil:
+// decode every file).
+func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
+	start := time.Now()
+	if cache != nil {
+		start = cache.now()
+	}
 	objs := Objects{From: map[Ref]string{}}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -193,22 +202,30 @@ func (l Loader) Load(dir string) (Objects, []FileError) {
 	}
 	dec := newDecoder()
 	var errs []FileError
+	seen := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
 		if !isManifestName(name) {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		st, err := os.Stat(path)
+		if err != nil || !st.Mode().IsRegular() {
 			continue
 		}
-		fileObjs, ferr := loadFile(dec, path, name, limit)
-		if ferr != nil {
-			errs = append(errs, *ferr)
-			continue
+		fileObjs, hit := cache.get(name, st)
+		if !hit {
+			var ferr *FileError
+			if fileObjs, ferr = loadFile(dec, path, name, limit); ferr != nil {
+				errs = append(errs, *ferr)
+				continue
+			}
+			cache.put(name, st, fileObjs, start)
 		}
+		seen[name] = true
 		errs = append(errs, objs.merge(fileObjs, name)...)
 	}
+	cache.keep(seen)
 	return objs, errs
 }
 

@@ -75,13 +75,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(PollInterval)
 	poll.Stop()
 	defer poll.Stop()
+	cache := newFileCache() // files that did not change are not decoded again
 	reload := func() {
 		if !watching { // before loading, so an edit made meanwhile is not missed
 			if err := fw.Add(dir); err == nil {
 				watching = true
 			}
 		}
-		objs, errs := w.Loader.Load(dir)
+		objs, errs := w.Loader.load(dir, cache)
 		if derr := DirectoryError(errs); derr != nil {
 			if watching {
 				_ = fw.Remove(dir)
