@@ -8,7 +8,8 @@
 // several documents separated by "---"; any document may be a "kind: List", and a List may hold
 // Lists down to MaxListDepth. Decoding is strict: an unknown or duplicated field (or mapping
 // key) is an error, so a typo such as "targetport" is reported instead of silently defaulted.
-// A file larger than the loader's MaxFileBytes is refused unread.
+// A file larger than the loader's MaxFileBytes is refused unread. Documents are decoded as they
+// are read; the Watcher's reloads decode only the files that changed (see fileCache).
 //
 // Objects are then checked as the API server would check them (see validate.go): a Service that
 // fails is kept as a rejected Service with a reason, an EndpointSlice or Node that fails is left
