@@ -31,7 +31,6 @@ const (
 	healthzAddr            = "127.0.0.1:10256"
 	syncMetric             = "kubeproxy_sync_proxy_rules_duration_seconds"
 	programmingMetric      = "kubeproxy_network_programming_duration_seconds"
-	minSyncPeriod          = "1s"
 	nodeName               = "bench-node"
 	outputLimit            = 64 << 10
 )
@@ -40,17 +39,21 @@ const (
 type Peer struct {
 	Kind   Kind
 	Binary string
+	// Extra flags, after the common ones (e.g. nftproxy's --min-sync-period 1s to compare
+	// the fixed period with the default pacing).
+	Extra []string
 }
 
-// args are the peer's flags: same node name, metrics address and minimum sync period for all.
+// args are the peer's flags: same node name and metrics address for all, each peer's default
+// sync pacing: kube-proxy 1.34's minimum sync period is 1 s in both modes (its flag only exists
+// for iptables and ipvs), nftproxy's default adapts to what its syncs cost, at most 1 s.
 func (p Peer) args(kubeconfig string) []string {
-	// kube-proxy 1.34's minimum sync period is 1 s in both modes (its flag only exists for
-	// iptables and ipvs); nftproxy is given the same.
 	common := []string{"--kubeconfig", kubeconfig, "--hostname-override", nodeName, "--metrics-bind-address", metricsAddr,
 		"--healthz-bind-address", healthzAddr}
+	common = append(common, p.Extra...)
 	switch p.Kind {
 	case NFTProxy:
-		return append([]string{p.Binary, "run", "--ip-families", "ipv4", "--min-sync-period", minSyncPeriod}, common...)
+		return append([]string{p.Binary, "run", "--ip-families", "ipv4"}, common...)
 	case KubeProxyNFTables, KubeProxyIPTables:
 		mode := "nftables"
 		if p.Kind == KubeProxyIPTables {

@@ -32,8 +32,9 @@ const peersMethodText = `One etcd + kube-apiserver (built from the Go module pro
 Services + EndpointSlices (created through the API by bench/peers) and a Node object. Each peer
 runs alone, in turn, in the node namespace of a fresh client/node/backend topology
 (bench/probe), watching that API server through a relay, with the same node name and metrics
-address; the minimum sync period is 1 s for all (kube-proxy 1.34's default in both modes,
-nftproxy's flag); kube-proxy also gets --conntrack-max-per-core=0, and iptables mode runs the
+address; each peer paces its syncs by its own default: kube-proxy 1.34's fixed 1 s minimum sync
+period in both modes, nftproxy's adaptive pacing (the wait follows what its syncs cost, at most
+1 s; README, "Sync pacing"); kube-proxy also gets --conntrack-max-per-core=0, and iptables mode runs the
 distribution's iptables-restore (nf_tables backend). The
 backend namespace owns every pod address (local routes) and answers on port 8080 with the
 address a connection reached.
@@ -47,8 +48,9 @@ address a connection reached.
   reaches the new address (a new connection every ms). Same for a *new Service*. This is the
   network-programming latency measured the same way for every peer. A new Service is two API
   objects (Service, then EndpointSlice): the first sync sees the Service without endpoints and
-  the second waits out the 1 s minimum sync period, so about 1 s of a new Service's time is
-  that period, for every peer; *own programming metric*
+  the second waits out kube-proxy's 1 s minimum sync period, so about 1 s of a new Service's
+  time is that period for kube-proxy; nftproxy's pacing lets it follow a few ms after a cheap
+  sync; *own programming metric*
   is the peer's kubeproxy_network_programming_duration_seconds (from the slice's
   last-change-trigger-time, which the benchmark sets as the EndpointSlice controller would).
 - *sync (metric)*: the mean duration of the syncs the peer ran for that change.

@@ -1,7 +1,9 @@
 package workload
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"time"
@@ -122,4 +124,15 @@ func (w *Workload) Namespaces() []string {
 		}
 	}
 	return out
+}
+
+// WriteManifest writes obj as one JSON document of a multi-document manifest file ("---" first),
+// with the kind and apiVersion the typed objects above leave empty and the manifest loader needs.
+func WriteManifest(w io.Writer, kind, apiVersion string, obj any) error {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", kind, err)
+	}
+	_, err = fmt.Fprintf(w, "---\n{\"kind\":%q,\"apiVersion\":%q,%s\n", kind, apiVersion, b[1:])
+	return err
 }

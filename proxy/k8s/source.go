@@ -160,7 +160,7 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 		notify()
 		s.Rescan()
 	}
-	strip := informers.WithTransform(stripManagedFields)
+	strip := informers.WithTransform(slim)
 	selected := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.selector.String() }))
 	node := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,
@@ -254,15 +254,6 @@ func (s *Source) lookup(key model.ServiceKey) *corev1.Service {
 	}
 	svc, _ := obj.(*corev1.Service)
 	return svc
-}
-
-// stripManagedFields drops server-side-apply bookkeeping before objects enter the caches: the
-// model never reads it, and at scale it is a large part of every object.
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		m.GetObjectMeta().SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // watchErrorLogger logs list/watch failures with what to do; the informer keeps retrying.

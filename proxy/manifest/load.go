@@ -8,7 +8,8 @@
 // several documents separated by "---"; any document may be a "kind: List", and a List may hold
 // Lists down to MaxListDepth. Decoding is strict: an unknown or duplicated field (or mapping
 // key) is an error, so a typo such as "targetport" is reported instead of silently defaulted.
-// A file larger than the loader's MaxFileBytes is refused unread.
+// A file larger than the loader's MaxFileBytes is refused unread. Documents are decoded as they
+// are read; the Watcher's reloads decode only the files that changed (see fileCache).
 //
 // Objects are then checked as the API server would check them (see validate.go): a Service that
 // fails is kept as a rejected Service with a reason, an EndpointSlice or Node that fails is left
@@ -31,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -156,8 +158,9 @@ func newDecoder() runtime.Decoder {
 // DefaultMaxFileBytes is the default per-file size limit: 32 MiB. 10,000 Services with one
 // EndpointSlice each take 7.3 MB of YAML in one file with one endpoint per slice and 16 MB with
 // ten (bench/workload's mix), so realistic files fit twice over, while a runaway file cannot
-// make the daemon decode hundreds of megabytes: loading costs about ten times the file's size
-// in memory (the 16 MB file peaks at 161 MB RSS, a 108 MB one took 1.2 GB).
+// make the daemon decode hundreds of megabytes. Documents are decoded as they are read: the
+// 16 MB JSON file (bench/cmd/manifests) peaks at 65 MB of heap and keeps 46 MB of objects;
+// YAML documents cost more, as they go through the YAML parser first.
 const DefaultMaxFileBytes = 32 << 20
 
 // MaxListDepth is how deeply Lists may nest: a List may hold Lists, which may hold Lists, and
@@ -179,7 +182,15 @@ func Load(dir string) (Objects, []FileError) { return Loader{}.Load(dir) }
 // keeps its first definition and the second is reported as a FileError. A directory that
 // cannot be read gives a single FileError with Directory set (see DirectoryError); an empty
 // directory gives no objects and no error.
-func (l Loader) Load(dir string) (Objects, []FileError) {
+func (l Loader) Load(dir string) (Objects, []FileError) { return l.load(dir, nil) }
+
+// load is Load, reusing the objects of files that have not changed since cache got them (nil:
+// decode every file).
+func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
+	start := time.Now()
+	if cache != nil {
+		start = cache.now()
+	}
 	objs := Objects{From: map[Ref]string{}}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -192,22 +203,30 @@ func (l Loader) Load(dir string) (Objects, []FileError) {
 	}
 	dec := newDecoder()
 	var errs []FileError
+	seen := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
 		if !isManifestName(name) {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		st, err := os.Stat(path)
+		if err != nil || !st.Mode().IsRegular() {
 			continue
 		}
-		fileObjs, ferr := loadFile(dec, path, name, limit)
-		if ferr != nil {
-			errs = append(errs, *ferr)
-			continue
+		fileObjs, hit := cache.get(name, st)
+		if !hit {
+			var ferr *FileError
+			if fileObjs, ferr = loadFile(dec, path, name, limit); ferr != nil {
+				errs = append(errs, *ferr)
+				continue
+			}
+			cache.put(name, st, fileObjs, start)
 		}
+		seen[name] = true
 		errs = append(errs, objs.merge(fileObjs, name)...)
 	}
+	cache.keep(seen)
 	return objs, errs
 }
 
@@ -259,61 +278,72 @@ func (o *Objects) merge(f Objects, file string) []FileError {
 	return errs
 }
 
-// loadFile decodes one file; any error discards the whole file.
+// loadFile decodes one file; any error discards the whole file. Documents are decoded as they
+// are read, so neither the file nor its documents are held whole: only the objects stay.
+// Errors keep the precedence of reading the file first: too large, then unreadable or not
+// splittable into documents, then the first document that does not decode.
 func loadFile(dec runtime.Decoder, path, name string, limit int64) (Objects, *FileError) {
-	data, err := readLimited(path, limit)
+	f, err := os.Open(path)
 	if err != nil {
 		return Objects{}, &FileError{File: name, Err: err}
 	}
-	docs, err := splitDocuments(data)
-	if err != nil {
-		return Objects{}, &FileError{File: name, Err: err}
+	defer f.Close()
+	tooLarge := &FileError{File: name, Err: fmt.Errorf("file is larger than the limit of %d bytes (--manifest-max-file-size); split it into several files or raise the limit", limit)}
+	if st, err := f.Stat(); err == nil && st.Size() > limit {
+		return Objects{}, tooLarge
 	}
-	var out Objects
-	for i, doc := range docs {
-		if err := decodeDocument(dec, doc, name, i+1, 0, &out); err != nil {
-			return Objects{}, &FileError{File: name, Document: i + 1, Err: err}
+	// Reading no more than limit+1 bytes of a file that grows meanwhile.
+	in := &countingReader{r: io.LimitReader(f, limit+1)}
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(in))
+	var (
+		out       Objects
+		decodeErr *FileError
+	)
+	for i := 1; ; i++ {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			break
 		}
+		if err != nil {
+			switch {
+			case in.n > limit:
+				return Objects{}, tooLarge
+			case in.err != nil:
+				return Objects{}, &FileError{File: name, Err: in.err}
+			}
+			return Objects{}, &FileError{File: name, Err: fmt.Errorf("split YAML documents: %w", err)}
+		}
+		if decodeErr != nil {
+			continue // read on: a size or split error still comes first
+		}
+		if err := decodeDocument(dec, doc, name, i, 0, &out); err != nil {
+			decodeErr = &FileError{File: name, Document: i, Err: err}
+		}
+	}
+	if in.n > limit {
+		return Objects{}, tooLarge
+	}
+	if decodeErr != nil {
+		return Objects{}, decodeErr
 	}
 	return out, nil
 }
 
-// readLimited reads a file of at most limit bytes, refusing a larger one without reading it
-// (and reading no more than limit+1 bytes of a file that grows meanwhile).
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	tooLarge := fmt.Errorf("file is larger than the limit of %d bytes (--manifest-max-file-size); split it into several files or raise the limit", limit)
-	if st, err := f.Stat(); err == nil && st.Size() > limit {
-		return nil, tooLarge
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, tooLarge
-	}
-	return data, nil
+// countingReader counts the bytes read and keeps the read error (other than EOF), so a file
+// that grew past the limit or failed to read is told apart from a document that does not split.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
 }
 
-// splitDocuments splits YAML on "---" lines; JSON is one document.
-func splitDocuments(data []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var docs [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("split YAML documents: %w", err)
-		}
-		docs = append(docs, doc)
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.err = err
 	}
+	return n, err
 }
 
 // typeHeader is read first to name what a document is, even when it is of an unknown kind.
@@ -328,7 +358,10 @@ type typeHeader struct {
 // decodeDocument decodes one document, or one item of a List at depth (0 for a document).
 func decodeDocument(dec runtime.Decoder, doc []byte, file string, index, depth int, out *Objects) error {
 	js := doc
-	if depth == 0 { // List items are JSON already
+	// List items are JSON already, and so are documents written as JSON: the strict decoder
+	// below refuses their duplicate keys itself, and converting them through the YAML parser
+	// cost 90% of a large file's load (2 GB allocated for 16 MB of JSON).
+	if depth == 0 && !json.Valid(doc) {
 		var err error
 		if js, err = yaml.YAMLToJSONStrict(doc); err != nil {
 			return fmt.Errorf("not valid YAML or JSON (a mapping key given twice is an error too): %w", err)
@@ -395,7 +428,7 @@ func (o *Objects) addSlice(s *discoveryv1.EndpointSlice, file string, doc int) {
 		o.Invalid = append(o.Invalid, Invalid{File: file, Document: doc, Ref: ref, Endpoint: -1, Problem: errorsText(errs)})
 		return
 	}
-	kept := s.Endpoints[:0:0]
+	kept := s.Endpoints[:0] // filtered in place: the slice was just decoded, nobody else holds it
 	for i := range s.Endpoints {
 		if why := endpointProblem(s, i); why != "" {
 			o.Invalid = append(o.Invalid, Invalid{File: file, Document: doc, Ref: ref, Endpoint: i, Problem: why})
@@ -403,6 +436,7 @@ func (o *Objects) addSlice(s *discoveryv1.EndpointSlice, file string, doc int) {
 		}
 		kept = append(kept, s.Endpoints[i])
 	}
+	clear(s.Endpoints[len(kept):])
 	s.Endpoints = kept
 	o.EndpointSlices = append(o.EndpointSlices, s)
 }

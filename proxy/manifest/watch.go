@@ -75,13 +75,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(PollInterval)
 	poll.Stop()
 	defer poll.Stop()
+	cache := newFileCache() // files that did not change are not decoded again
 	reload := func() {
 		if !watching { // before loading, so an edit made meanwhile is not missed
 			if err := fw.Add(dir); err == nil {
 				watching = true
 			}
 		}
-		objs, errs := w.Loader.Load(dir)
+		objs, errs := w.Loader.load(dir, cache)
 		if derr := DirectoryError(errs); derr != nil {
 			if watching {
 				_ = fw.Remove(dir)
@@ -171,11 +172,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 type Feeder struct {
 	tracker *model.Tracker
 	fed     map[Ref]string // object -> file it was fed from
+	// shared holds the EndpointSlices and Nodes last fed: a reload hands out the very same
+	// objects for files that did not change (the Watcher's cache), which need not be compared
+	// with themselves again.
+	shared map[Ref]any
 }
 
 // NewFeeder returns a Feeder for t that has fed nothing yet.
 func NewFeeder(t *model.Tracker) *Feeder {
-	return &Feeder{tracker: t, fed: map[Ref]string{}}
+	return &Feeder{tracker: t, fed: map[Ref]string{}, shared: map[Ref]any{}}
 }
 
 // Feed applies objs, loaded with errs, to the Tracker. A load whose directory could not be read
@@ -211,12 +216,20 @@ func (f *Feeder) Feed(objs Objects, errs []FileError) {
 			f.tracker.DeleteNode(ref.Name)
 		}
 	}
+	shared := make(map[Ref]any, len(objs.Nodes)+len(objs.EndpointSlices))
 	for _, n := range objs.Nodes {
-		f.tracker.UpsertNode(n)
+		ref := Ref{"Node", "", n.Name}
+		if shared[ref] = n; f.shared[ref] != any(n) {
+			f.tracker.UpsertNode(n)
+		}
 	}
 	for _, s := range objs.EndpointSlices {
-		f.tracker.UpsertEndpointSlice(s)
+		ref := Ref{"EndpointSlice", s.Namespace, s.Name}
+		if shared[ref] = s; f.shared[ref] != any(s) {
+			f.tracker.UpsertEndpointSlice(s)
+		}
 	}
+	f.shared = shared
 	for _, s := range objs.Services {
 		f.tracker.UpsertService(s)
 	}

@@ -181,6 +181,31 @@ func TestRunnerFollowsChanges(t *testing.T) {
 	}
 }
 
+// TestRunnerPacesByCost: by default the wait between syncs follows what they cost and
+// MinSyncPeriod is only its ceiling: with a ceiling of an hour, a change right after a cheap sync
+// is still programmed (the fixed period used to hold it for the hour).
+func TestRunnerPacesByCost(t *testing.T) {
+	fake, tr, _, r, pn := runWebWith(t, RunConfig{MinSyncPeriod: time.Hour})
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10", "198.18.128.11"))
+	r.Notify()
+	waitFor(t, "the second endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 2 })
+}
+
+// TestRunnerHonoursFixedPeriod: a fixed period (the user set --min-sync-period) holds the next
+// change for that period, as kube-proxy does.
+func TestRunnerHonoursFixedPeriod(t *testing.T) {
+	fake, tr, rec, r, pn := runWebWith(t, RunConfig{MinSyncPeriod: time.Hour, FixedSyncPeriod: true})
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10", "198.18.128.11"))
+	r.Notify()
+	time.Sleep(200 * time.Millisecond)
+	if got := len(endpointsOf(t, fake, pn)); got != 1 {
+		t.Errorf("%d endpoints programmed within the fixed hour, want 1 (the change held)", got)
+	}
+	if syncs, _, _, _ := rec.get(); syncs != 1 {
+		t.Errorf("%d syncs, want only the first within the fixed period", syncs)
+	}
+}
+
 // flaky fails every Apply until healed.
 type flaky struct {
 	nft.Interface
@@ -342,10 +367,16 @@ func TestDriftFightSpacesRepairs(t *testing.T) {
 // "web" and one endpoint, and waits until that endpoint is programmed and the sync reported.
 func runWeb(t *testing.T, minSync time.Duration) (*locked, *model.Tracker, *recorder, *Runner, model.PortName) {
 	t.Helper()
+	return runWebWith(t, RunConfig{MinSyncPeriod: minSync})
+}
+
+// runWebWith is runWeb with the whole RunConfig.
+func runWebWith(t *testing.T, cfg RunConfig) (*locked, *model.Tracker, *recorder, *Runner, model.PortName) {
+	t.Helper()
 	fake := &locked{k: nft.NewFake()}
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
 	rec := &recorder{}
-	r := NewRunner(newProxier(t, fake, tr, rec), RunConfig{MinSyncPeriod: minSync})
+	r := NewRunner(newProxier(t, fake, tr, rec), cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()

@@ -11,9 +11,15 @@ import (
 
 // RunConfig times the sync loop.
 type RunConfig struct {
-	// MinSyncPeriod is the least time between two syncs: changes arriving faster are coalesced
-	// into one sync (default 1 s, as kube-proxy).
+	// MinSyncPeriod bounds the time between two syncs; changes arriving faster are coalesced.
+	// By default the wait adapts to what syncs cost (see pacer) and MinSyncPeriod is its
+	// ceiling: a change is never held longer than kube-proxy's fixed period would hold it
+	// (default 1 s, kube-proxy's default). With FixedSyncPeriod it is the wait after every sync.
 	MinSyncPeriod time.Duration
+	// FixedSyncPeriod makes MinSyncPeriod the exact least time between two syncs, kube-proxy's
+	// meaning of --min-sync-period (0: every change is synced at once): what a user who set
+	// the flag asked for.
+	FixedSyncPeriod bool
 	// FullSyncPeriod is how often the kernel is read back and drift repaired (default 1 h).
 	FullSyncPeriod time.Duration
 	// MaxBackoff caps the retry delay after failed syncs (default 30 s).
@@ -25,7 +31,7 @@ type RunConfig struct {
 }
 
 func (c *RunConfig) defaults() {
-	if c.MinSyncPeriod <= 0 {
+	if c.MinSyncPeriod < 0 || (c.MinSyncPeriod == 0 && !c.FixedSyncPeriod) {
 		c.MinSyncPeriod = time.Second
 	}
 	if c.FullSyncPeriod <= 0 {
@@ -36,8 +42,19 @@ func (c *RunConfig) defaults() {
 	}
 }
 
-// Runner calls Proxier.Sync when poked, at most once per MinSyncPeriod, plus a full sync every
-// FullSyncPeriod, retrying failures with exponential backoff. It never exits on a failed sync.
+// retryBase is the first retry delay after a failed sync and the base of the drift repairs'
+// spacing: MinSyncPeriod, or 1 s when a fixed period of 0 asks for no wait between syncs (a
+// failing kernel or a writer that keeps flushing must not make the loop spin).
+func (c *RunConfig) retryBase() time.Duration {
+	if c.MinSyncPeriod <= 0 {
+		return time.Second
+	}
+	return c.MinSyncPeriod
+}
+
+// Runner calls Proxier.Sync when poked, paced by what syncs cost (or once per MinSyncPeriod when
+// it is fixed), plus a full sync every FullSyncPeriod, retrying failures with exponential
+// backoff. It never exits on a failed sync.
 type Runner struct {
 	p    *Proxier
 	cfg  RunConfig
@@ -81,7 +98,7 @@ func (r *Runner) Notify() {
 // SuspectDrift asks for a full sync soon: someone else changed our tables (an nft.Watcher saw
 // it), so the kernel is read back and repaired through the same path as the periodic full
 // resync (counted in the Observer's repairs). It never blocks; many calls before the sync make
-// one. The MinSyncPeriod still applies, so a writer that keeps flushing cannot make the loop
+// one. The pacing still applies, so a writer that keeps flushing cannot make the loop
 // spin.
 func (r *Runner) SuspectDrift() {
 	r.verify.Store(true)
@@ -103,6 +120,8 @@ func (r *Runner) Run(ctx context.Context) {
 		timer     = time.NewTimer(0)
 		firstDone bool
 		drift     driftFight
+		pace      = pacer{fixed: r.cfg.FixedSyncPeriod, period: r.cfg.MinSyncPeriod}
+		base      = r.cfg.retryBase()
 	)
 	defer timer.Stop()
 	for {
@@ -121,7 +140,7 @@ func (r *Runner) Run(ctx context.Context) {
 		if r.verify.Swap(false) {
 			drift.suspect(now, r.cfg.MaxBackoff)
 		}
-		if drift.due(now, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff) {
+		if drift.due(now, base, r.cfg.MaxBackoff) {
 			needFull, pending = true, true
 		}
 		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {
@@ -130,19 +149,20 @@ func (r *Runner) Run(ctx context.Context) {
 		if r.p.PendingCleanup() {
 			pending = true
 		}
-		wait := r.cfg.MinSyncPeriod - now.Sub(lastSync)
+		wait := pace.wait(now)
 		if failures > 0 {
-			wait = backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff) - now.Sub(lastSync)
+			wait = backoff(failures, base, r.cfg.MaxBackoff) - now.Sub(lastSync)
 		}
 		if !pending || wait > 0 {
-			resetTimer(timer, min(r.nextWake(pending, wait, now, lastFull), drift.wake(now, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff)))
+			resetTimer(timer, min(r.nextWake(pending, wait, now, lastFull), drift.wake(now, base, r.cfg.MaxBackoff)))
 			continue
 		}
 		res, err := r.p.Sync(ctx, needFull)
 		lastSync = r.p.now()
+		pace.ran(now, lastSync)
 		if err == nil && needFull && drift.repaired(res.Repairs, lastSync) {
 			r.p.log.Info("another writer keeps changing nftproxy's tables: each repair is undone; drift repairs are spaced out until it stops (check firewall managers, a second proxy, scripts)",
-				"repairsInARow", drift.streak, "nextRepairAfter", drift.delay(r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+				"repairsInARow", drift.streak, "nextRepairAfter", drift.delay(base, r.cfg.MaxBackoff))
 		}
 		r.mu.Lock()
 		r.status = Status{LastSuccess: r.p.LastSuccess(), FailingSince: r.p.FailingSince()}
@@ -152,9 +172,9 @@ func (r *Runner) Run(ctx context.Context) {
 			needFull = true
 			if failures == 1 || failures%10 == 0 {
 				r.p.log.Error(err, "sync failed; the previous ruleset stays in place", "failures", failures,
-					"retryIn", backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+					"retryIn", backoff(failures, base, r.cfg.MaxBackoff))
 			}
-			resetTimer(timer, backoff(failures, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+			resetTimer(timer, backoff(failures, base, r.cfg.MaxBackoff))
 			continue
 		}
 		if failures > 0 {
@@ -168,7 +188,7 @@ func (r *Runner) Run(ctx context.Context) {
 			firstDone = true
 			close(r.synced)
 		}
-		next := min(r.nextWake(false, 0, lastSync, lastFull), drift.wake(lastSync, r.cfg.MinSyncPeriod, r.cfg.MaxBackoff))
+		next := min(r.nextWake(false, 0, lastSync, lastFull), drift.wake(lastSync, base, r.cfg.MaxBackoff))
 		if r.p.PendingCleanup() {
 			next = min(next, reconciler.StaleChainDelay)
 		}

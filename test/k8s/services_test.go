@@ -155,10 +155,10 @@ func TestBadAnnotationMakesOneEvent(t *testing.T) {
 
 // TestNetworkProgrammingLatency measures API write -> rule committed in the kernel (seen by
 // polling `nft list ruleset` every few milliseconds) with the DaemonSet's own settings
-// (min-sync-period 1s). Changes are spaced by more than the min sync period, as isolated
+// (min-sync-period auto, at most 1s). Changes are spaced by more than 1s, as isolated
 // changes in a quiet cluster; each sample is an upper bound by one poll. A new Service is two
 // writes (Service, then EndpointSlice): the first is programmed at once (no endpoints yet:
-// reject), the second waits for the min sync period, as in kube-proxy.
+// reject), the second follows after the adaptive pacing's floor (a fixed period would hold it).
 func TestNetworkProgrammingLatency(t *testing.T) {
 	e := newEnv(t, nil)
 	first := svc{name: "lat-0", ip: 40, pods: []int{1}}

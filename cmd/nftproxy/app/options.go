@@ -35,7 +35,7 @@ type Options struct {
 	MasqueradeAll  bool
 	MasqueradeBit  int
 	DropBit        int
-	MinSyncPeriod  time.Duration
+	MinSyncPeriod  syncPeriod
 	FullSyncPeriod time.Duration
 	DriftEvents    bool
 	HealthzAddress string
@@ -48,6 +48,34 @@ type Options struct {
 	// MaxManifestBytes is the per-file size limit of the manifest loader.
 	MaxManifestBytes int64
 	ReservedPorts    string
+}
+
+// syncPeriod is --min-sync-period: "auto" (the zero value) or a duration. A duration keeps
+// kube-proxy's meaning, so a configuration that sets it gets what it asked for; auto is
+// nftproxy's own default, because its syncs cost milliseconds where kube-proxy's cost seconds.
+type syncPeriod struct {
+	d     time.Duration
+	fixed bool
+}
+
+func (s *syncPeriod) String() string {
+	if s == nil || !s.fixed {
+		return "auto"
+	}
+	return s.d.String()
+}
+
+func (s *syncPeriod) Set(v string) error {
+	if strings.TrimSpace(v) == "auto" {
+		*s = syncPeriod{}
+		return nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is neither auto nor a duration ≥ 0 (like 1s or 500ms)", v)
+	}
+	*s = syncPeriod{d: d, fixed: true}
+	return nil
 }
 
 // prefixList is a comma-separated list of CIDRs.
@@ -101,7 +129,7 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to watch (Kubernetes mode); in a pod without it, the in-cluster ServiceAccount is used unless --manifests is given")
 	fs.StringVar(&o.Master, "master", "", "API server address (https://HOST:PORT); overrides the kubeconfig's server, or in a pod the in-cluster address (needed where no service proxy serves the kubernetes Service yet)")
 	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")
-	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", time.Second, "least time between two syncs; changes arriving faster are coalesced")
+	fs.Var(&o.MinSyncPeriod, "min-sync-period", "auto (the default): the wait between syncs adapts to what they cost (a change after a quiet spell is synced at once, bursts are coalesced, syncs take at most 20% of a core) and never exceeds 1s; a duration: kube-proxy's meaning, exactly that least time between two syncs (0: every change at once)")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
 	fs.BoolVar(&o.DriftEvents, "drift-events", true, "watch nftables events and repair another process's changes to our tables (nft flush ruleset, a deleted element) at once, not only at the next --full-sync-period; changes to other tables are ignored")
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
@@ -192,7 +220,7 @@ func (o *Options) guard() (model.GuardConfig, error) {
 }
 
 func (o *Options) runConfig() proxier.RunConfig {
-	return proxier.RunConfig{MinSyncPeriod: o.MinSyncPeriod, FullSyncPeriod: o.FullSyncPeriod}
+	return proxier.RunConfig{MinSyncPeriod: o.MinSyncPeriod.d, FixedSyncPeriod: o.MinSyncPeriod.fixed, FullSyncPeriod: o.FullSyncPeriod}
 }
 
 // loader is the manifest loader the flags describe.

@@ -1,0 +1,190 @@
+package k8s
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	apitypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
+
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// bookkeeping gives obj's metadata what real clusters add and no proxy reads.
+func bookkeeping(m *metav1.ObjectMeta, raw string) {
+	m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:ports":{}}}`)}}}
+	m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "0000-1111"}}
+	m.Finalizers = []string{"example.com/keep"}
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[lastApplied] = raw
+	m.CreationTimestamp = metav1.Unix(1_700_000_000, 0)
+	m.ResourceVersion, m.UID = "42", apitypes.UID("uid-"+m.Name)
+}
+
+// heavyServices are Services of every shape the model reads, each carrying bookkeeping.
+func heavyServices() []*corev1.Service {
+	cluster, local := corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal
+	distribution := corev1.ServiceTrafficDistributionPreferClose
+	base := func(name string) *corev1.Service {
+		s := service(name, map[string]string{"app": name, "helm.sh/chart": "web-1.2.3"}, nil)
+		s.Spec.Selector = map[string]string{"app": name}
+		s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ok"}}
+		bookkeeping(&s.ObjectMeta, strings.Repeat("x", 2000))
+		return s
+	}
+	ranges := base("rtp")
+	ranges.Annotations[annotation.PortRangesKey] = "rtp=16384-16393"
+	ranges.Spec.Ports = []corev1.ServicePort{{Name: "rtp", Port: 16384, Protocol: corev1.ProtocolUDP}}
+	all := base("any")
+	all.Annotations[annotation.AllPortsKey] = "true"
+	lb := base("lb")
+	lb.Spec.Type = corev1.ServiceTypeLoadBalancer
+	lb.Spec.Ports[0].NodePort = 30080
+	lb.Spec.ExternalTrafficPolicy, lb.Spec.HealthCheckNodePort = local, 32000
+	lb.Spec.InternalTrafficPolicy = &cluster
+	lb.Spec.TrafficDistribution = &distribution
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.200.1"}}
+	named := base("named")
+	named.Labels[annotation.ServiceProxyNameLabel] = "nftproxy"
+	return []*corev1.Service{base("web"), ranges, all, lb, named}
+}
+
+func heavySlice(svc string) *discoveryv1.EndpointSlice {
+	s := slice(svc, "198.18.128.11", "198.18.128.12")
+	s.Labels["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io"
+	s.Labels["app"] = svc
+	s.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}
+	bookkeeping(&s.ObjectMeta, strings.Repeat("y", 500))
+	node, zone, host, yes := testNode, "zone-a", "pod-1", true
+	for i := range s.Endpoints {
+		e := &s.Endpoints[i]
+		e.NodeName, e.Zone, e.Hostname = &node, &zone, &host
+		e.Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes}
+		e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: testNS, Name: "web-abc", UID: "pod-uid"}
+		e.DeprecatedTopology = map[string]string{"kubernetes.io/hostname": node}
+		e.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: zone}}}
+	}
+	return s
+}
+
+func heavyNode() *corev1.Node {
+	n := node(testNode, "198.18.0.1")
+	n.Labels = map[string]string{model.LabelTopologyZone: "zone-a", "kubernetes.io/os": "linux"}
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: testNode},
+		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.18.200.9"})
+	n.Spec.PodCIDR = "198.18.128.0/24"
+	n.Spec.Taints = []corev1.Taint{{Key: "ToBeDeletedByClusterAutoscaler", Effect: corev1.TaintEffectNoSchedule}}
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{strings.Repeat("registry.example/image@sha256:", 10)}, SizeBytes: 1}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	bookkeeping(&n.ObjectMeta, strings.Repeat("z", 500))
+	return n
+}
+
+func jsonSize(t *testing.T, obj any) int {
+	t.Helper()
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
+}
+
+// TestSlimKeepsWhatTheModelReads: the model (Services with their endpoints, the Node), the
+// service-proxy-name rule and the drain check see the same thing in a slimmed object as in the
+// original, while the slimmed objects are a fraction of the size.
+func TestSlimKeepsWhatTheModelReads(t *testing.T) {
+	for _, svc := range heavyServices() {
+		sl := heavySlice(svc.Name)
+		want := model.FromService(svc, []*discoveryv1.EndpointSlice{sl})
+		slimSvc, _ := slim(svc.DeepCopy())
+		slimSlice, _ := slim(sl.DeepCopy())
+		got := model.FromService(slimSvc.(*corev1.Service), []*discoveryv1.EndpointSlice{slimSlice.(*discoveryv1.EndpointSlice)})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: model of the slimmed objects\n got %+v\nwant %+v", svc.Name, got.Service, want.Service)
+		}
+		for _, proxy := range []string{"", "nftproxy"} {
+			if g, w := model.HandlesService(slimSvc.(*corev1.Service).Labels, proxy), model.HandlesService(svc.Labels, proxy); g != w {
+				t.Errorf("%s: handled by %q: got %v, want %v", svc.Name, proxy, g, w)
+			}
+		}
+		if o, s := jsonSize(t, svc)+jsonSize(t, sl), jsonSize(t, slimSvc)+jsonSize(t, slimSlice); s*3 > o {
+			t.Errorf("%s: slimmed Service and slice take %d bytes of JSON, want under a third of %d", svc.Name, s, o)
+		}
+		again, _ := slim(slimSvc.(*corev1.Service).DeepCopy())
+		if !reflect.DeepEqual(again, slimSvc) {
+			t.Errorf("%s: slim is not idempotent", svc.Name)
+		}
+	}
+
+	n := heavyNode()
+	s, _ := slim(n.DeepCopy())
+	slimNode := s.(*corev1.Node)
+	if g, w := NodeDraining(slimNode), NodeDraining(n); g != w || w == "" {
+		t.Errorf("drain reason of the slimmed Node: got %q, want %q", g, w)
+	}
+	modelOf := func(n *corev1.Node) *model.Node {
+		tr := model.NewTracker(model.TrackerConfig{NodeName: testNode, Logger: logr.Discard()})
+		tr.UpsertNode(n)
+		return tr.Snapshot().Node
+	}
+	if g, w := modelOf(slimNode), modelOf(n); !reflect.DeepEqual(g, w) {
+		t.Errorf("model of the slimmed Node:\n got %+v\nwant %+v", g, w)
+	}
+	if len(slimNode.Status.Images) != 0 || slimNode.Annotations != nil || slimNode.ManagedFields != nil {
+		t.Errorf("slimmed Node keeps images, annotations or managedFields: %+v", slimNode)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "default/web", Obj: heavyServices()[0]}
+	if got, err := slim(tomb); err != nil || !reflect.DeepEqual(got, tomb) {
+		t.Errorf("a tombstone must pass unchanged: got %v, %v", got, err)
+	}
+}
+
+// TestSourceCachesSlimObjects: what the informers hold (and the Tracker shares) is the slimmed
+// object, not what the API server sent.
+func TestSourceCachesSlimObjects(t *testing.T) {
+	svc := heavyServices()[0]
+	client := fake.NewClientset([]runtime.Object{svc, heavySlice(svc.Name), heavyNode()}...)
+	tr := model.NewTracker(model.TrackerConfig{NodeName: testNode, Logger: logr.Discard()})
+	src, err := New(Config{Client: client, NodeName: testNode, Logger: logr.Discard(), Events: events.NewFakeRecorder(10), ScanPeriod: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, tr, func() {}) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "source ready", src.Ready)
+
+	cached := src.lookup(model.ServiceKey{Namespace: testNS, Name: svc.Name})
+	if cached == nil {
+		t.Fatal("the Service is not in the informer's cache")
+	}
+	if _, ok := cached.Annotations[lastApplied]; ok || cached.ManagedFields != nil || cached.OwnerReferences != nil || cached.Spec.Selector != nil {
+		keys := []string{}
+		for k := range cached.Annotations {
+			keys = append(keys, k)
+		}
+		t.Errorf("cached Service keeps what no proxy reads: annotations %v, managedFields %d, owners %d, selector %v",
+			keys, len(cached.ManagedFields), len(cached.OwnerReferences), cached.Spec.Selector)
+	}
+	if got := endpointsOf(tr, svc.Name); len(got) != 2 {
+		t.Errorf("endpoints of %s in the model: got %v, want 2", svc.Name, got)
+	}
+}
