@@ -31,7 +31,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -298,8 +300,17 @@ func loadFile(dec runtime.Decoder, path, name string, limit int64) (Objects, *Fi
 	var (
 		out       Objects
 		decodeErr *FileError
+		batch     [][]byte
+		first     = 1 // the document number of batch[0]
 	)
-	for i := 1; ; i++ {
+	flush := func() {
+		if decodeErr == nil && len(batch) > 0 {
+			decodeErr = decodeBatch(dec, batch, name, first, &out)
+		}
+		first += len(batch)
+		batch = batch[:0]
+	}
+	for {
 		doc, err := docs.Read()
 		if errors.Is(err, io.EOF) {
 			break
@@ -316,10 +327,11 @@ func loadFile(dec runtime.Decoder, path, name string, limit int64) (Objects, *Fi
 		if decodeErr != nil {
 			continue // read on: a size or split error still comes first
 		}
-		if err := decodeDocument(dec, doc, name, i, 0, &out); err != nil {
-			decodeErr = &FileError{File: name, Document: i, Err: err}
+		if batch = append(batch, doc); len(batch) == decodeBatchSize {
+			flush()
 		}
 	}
+	flush()
 	if in.n > limit {
 		return Objects{}, tooLarge
 	}
@@ -327,6 +339,42 @@ func loadFile(dec runtime.Decoder, path, name string, limit int64) (Objects, *Fi
 		return Objects{}, decodeErr
 	}
 	return out, nil
+}
+
+// decodeBatchSize is how many documents are read before they are decoded together: enough to
+// keep every core busy, few enough that the raw documents waiting are a small part of the file.
+const decodeBatchSize = 512
+
+// decodeBatch decodes the documents of one batch (document numbers first, first+1, ...) on
+// every core — decoding, YAML above all, is most of a load's time — and appends their objects
+// to out in document order. It returns the error of the first document that does not decode.
+func decodeBatch(dec runtime.Decoder, docs [][]byte, file string, first int, out *Objects) *FileError {
+	parts := make([]Objects, len(docs))
+	errs := make([]error, len(docs))
+	workers := min(goruntime.GOMAXPROCS(0), len(docs))
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(docs); i += workers {
+				errs[i] = decodeDocument(dec, docs[i], file, first+i, 0, &parts[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range docs {
+		if errs[i] != nil {
+			return &FileError{File: file, Document: first + i, Err: errs[i]}
+		}
+		out.Services = append(out.Services, parts[i].Services...)
+		out.EndpointSlices = append(out.EndpointSlices, parts[i].EndpointSlices...)
+		out.Nodes = append(out.Nodes, parts[i].Nodes...)
+		out.Refused = append(out.Refused, parts[i].Refused...)
+		out.Invalid = append(out.Invalid, parts[i].Invalid...)
+		out.Skipped = append(out.Skipped, parts[i].Skipped...)
+	}
+	return nil
 }
 
 // countingReader counts the bytes read and keeps the read error (other than EOF), so a file
