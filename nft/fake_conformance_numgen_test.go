@@ -1,5 +1,7 @@
 package nft
 
+import "strings"
+
 // confNumgenKeyCases cover the shared endpoint maps of the frontend-keyed layout: a map keyed by
 // "daddr . l4proto . dport . slot" (address frontends) and one keyed by "l4proto . dport . slot"
 // (node ports), in both families, with the one-rule pick chains that DNAT through them.
@@ -88,42 +90,14 @@ const confNumgenWant4 = `table ip nftproxy {
 }
 `
 
-const confNumgenWant4b = `table ip nftproxy {
-	map endpoints {
-		typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport
-		elements = {
-			198.18.0.1 . tcp . 80 . 0 : 198.19.0.1 . 8080,
-			198.18.0.2 . udp . 53 . 0 comment "ns/dns:dns" : 198.19.0.2 . 5353
-		}
-	}
-
-	map nodeport-endpoints {
-		typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport
-		elements = {
-			tcp . 30080 . 0 : 198.19.0.1 . 8080,
-			tcp . 30080 . 1 : 198.19.0.2 . 8080
-		}
-	}
-
-	chain nat-prerouting {
-		type nat hook prerouting priority -100; policy accept;
-		jump pick-2
-		jump pick-nodeport-2
-		jump pick-addr-1
-	}
-
-	chain pick-2 {
-		dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints
-	}
-
-	chain pick-addr-1 {
-	}
-
-	chain pick-nodeport-2 {
-		dnat ip to meta l4proto . th dport . numgen random mod 2 map @nodeport-endpoints
-	}
-}
-`
+// confNumgenWant4b is confNumgenWant4 after the third step: the addr-endpoints map deleted, slot
+// 1 of 198.18.0.1 . tcp . 80 deleted, pick-addr-1 flushed.
+var confNumgenWant4b = strings.NewReplacer(
+	"\tmap addr-endpoints {\n\t\ttypeof ip daddr . meta l4proto . th dport . numgen random mod 3 : ip daddr\n"+
+		"\t\tcomment \"keeps the port\"\n\t\telements = {\n\t\t\t198.18.0.2 . sctp . 9 . 0 : 198.19.0.1\n\t\t}\n\t}\n\n", "",
+	"\t\t\t198.18.0.1 . tcp . 80 . 1 : 198.19.0.2 . 8080,\n", "",
+	"\t\tdnat to ip daddr . meta l4proto . th dport . numgen random mod 1 map @addr-endpoints comment \"sctp\"\n", "",
+).Replace(confNumgenWant4)
 
 const confNumgenWant6 = `table ip6 nftproxy {
 	map addr-endpoints {
