@@ -6,13 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/events"
-
-	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 func TestNodeDraining(t *testing.T) {
@@ -61,16 +57,8 @@ func TestNodeDraining(t *testing.T) {
 // deletion through the informer.
 func TestSourceFollowsNodeDraining(t *testing.T) {
 	client := fake.NewClientset(node(testNode, "198.18.0.1"))
-	tr := model.NewTracker(model.TrackerConfig{NodeName: testNode, Logger: logr.Discard()})
-	src, err := New(Config{Client: client, NodeName: testNode, Logger: logr.Discard(), Events: events.NewFakeRecorder(10)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, tr, func() {}) }()
-	defer func() { cancel(); <-done }()
-	waitUntil(t, "source ready", src.Ready)
+	src, _ := runSource(t, client, 0)
+	ctx := context.Background()
 	if got := src.NodeDraining(); got != "" {
 		t.Fatalf("plain node: NodeDraining = %q, want \"\"", got)
 	}

@@ -264,3 +264,20 @@ func TestSourceReportsRejection(t *testing.T) {
 	default:
 	}
 }
+
+// runSource runs a Source over client with a fresh Tracker until the test ends, and waits
+// until it is ready.
+func runSource(t *testing.T, client *fake.Clientset, scan time.Duration) (*Source, *model.Tracker) {
+	t.Helper()
+	tr := model.NewTracker(model.TrackerConfig{NodeName: testNode, Logger: logr.Discard()})
+	src, err := New(Config{Client: client, NodeName: testNode, Logger: logr.Discard(), Events: events.NewFakeRecorder(10), ScanPeriod: scan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, tr, func() {}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, "source ready", src.Ready)
+	return src, tr
+}

@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"context"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	apitypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/model"
@@ -161,16 +159,7 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 func TestSourceCachesSlimObjects(t *testing.T) {
 	svc := heavyServices()[0]
 	client := fake.NewClientset([]runtime.Object{svc, heavySlice(svc.Name), heavyNode()}...)
-	tr := model.NewTracker(model.TrackerConfig{NodeName: testNode, Logger: logr.Discard()})
-	src, err := New(Config{Client: client, NodeName: testNode, Logger: logr.Discard(), Events: events.NewFakeRecorder(10), ScanPeriod: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, tr, func() {}) }()
-	defer func() { cancel(); <-done }()
-	waitUntil(t, "source ready", src.Ready)
+	src, tr := runSource(t, client, time.Millisecond)
 
 	cached := src.lookup(model.ServiceKey{Namespace: testNS, Name: svc.Name})
 	if cached == nil {
