@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +42,9 @@ type Config struct {
 	Connects int           // first-packet connections per peer and size
 	Limit    time.Duration // longest wait for one peer's start-up sync
 	Seed     int64
+	// LogDir, when set, receives each peer process's whole output, one file per peer, size and
+	// process (e.g. "kube-proxy-iptables-10000.log", "...-10000-restart.log").
+	LogDir string
 }
 
 // Result is one peer at one size.
@@ -137,7 +144,9 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		return err
 	}
 	vip := netip.AddrPortFrom(probeVIP, 80)
-	proc, err := Start(topo.Node, p, kc)
+	log, closeLog := cfg.logFile(p.Kind, r.Services, "")
+	defer closeLog()
+	proc, err := Start(topo.Node, p, kc, log)
 	if err != nil {
 		return err
 	}
@@ -147,12 +156,17 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		}
 		proc.Stop()
 	}()
+	// A wait that gives up says what the peer was doing (e.g. which iptables-restore it was still
+	// waiting for, and for how long), not only what did not happen.
+	why := func(what string, err error) error {
+		return fmt.Errorf("%s: %w; %s", what, err, proc.Diagnose(3))
+	}
 	if r.StartupToServing, err = topo.WaitReply(vip, "", proc.Started, cfg.Limit); err != nil {
-		return fmt.Errorf("start-up: %w", err)
+		return why("start-up", err)
 	}
 	m, err := waitQuiet(topo, proc, 2*time.Second, cfg.Limit)
 	if err != nil {
-		return err
+		return why("start-up", err)
 	}
 	// The mean of the syncs up to start-up quiet: the first one when the peer synced once.
 	r.FullSync, r.StartupSyncs = delta(Metrics{}, m, syncMetric)
@@ -168,10 +182,10 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		}
 		e2e, err := topo.WaitReply(vip, ep.String(), t0, cfg.Limit)
 		if err != nil {
-			return fmt.Errorf("endpoint change %d: %w", i, err)
+			return why(fmt.Sprintf("endpoint change %d", i), err)
 		}
 		if m, err = waitQuiet(topo, proc, 1500*time.Millisecond, cfg.Limit); err != nil {
-			return err
+			return why(fmt.Sprintf("endpoint change %d", i), err)
 		}
 		syncD, _ := delta(before, m, syncMetric)
 		own, _ := delta(before, m, programmingMetric)
@@ -183,7 +197,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		return err
 	}
 	if m, err = waitQuiet(topo, proc, 1500*time.Millisecond, cfg.Limit); err != nil {
-		return err
+		return why("endpoint back", err)
 	}
 	// New Services, removed again afterwards.
 	var created []*model.Service
@@ -204,10 +218,10 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		created = append(created, s)
 		e2e, err := topo.WaitReply(netip.AddrPortFrom(s.Ports[0].ClusterIPs[0], 80), newSvcEP.String(), t0, cfg.Limit)
 		if err != nil {
-			return fmt.Errorf("new service %d: %w", i, err)
+			return why(fmt.Sprintf("new service %d", i), err)
 		}
 		if m, err = waitQuiet(topo, proc, 1500*time.Millisecond, cfg.Limit); err != nil {
-			return err
+			return why(fmt.Sprintf("new service %d", i), err)
 		}
 		syncD, _ := delta(before, m, syncMetric)
 		r.NewServiceE2E, r.NewServiceSync = append(r.NewServiceE2E, e2e), append(r.NewServiceSync, syncD)
@@ -223,11 +237,13 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 	r.PeakRSS = proc.PeakRSS()
 	// Restart against the programmed kernel.
 	proc.Stop()
-	if proc, err = Start(topo.Node, p, kc); err != nil {
+	log, closeLog2 := cfg.logFile(p.Kind, r.Services, "-restart")
+	defer closeLog2()
+	if proc, err = Start(topo.Node, p, kc, log); err != nil {
 		return err
 	}
 	if m, err = waitQuiet(topo, proc, 2*time.Second, cfg.Limit); err != nil {
-		return fmt.Errorf("restart: %w", err)
+		return why("restart", err)
 	}
 	r.RestartSync, _ = delta(Metrics{}, m, syncMetric)
 	return nil
@@ -256,6 +272,20 @@ func waitQuiet(topo *probe.Topology, proc *Proc, quiet, limit time.Duration) (Me
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil, fmt.Errorf("%s: no quiet sync state within %s", proc.Peer.Kind, limit)
+}
+
+// logFile opens the file for one peer process's whole output under LogDir; nil (and a no-op
+// close) without LogDir or when the file cannot be created.
+func (cfg Config) logFile(k Kind, size int, suffix string) (io.Writer, func()) {
+	if cfg.LogDir == "" {
+		return nil, func() {}
+	}
+	name := strings.ReplaceAll(string(k), " ", "-") + "-" + strconv.Itoa(size) + suffix + ".log"
+	f, err := os.Create(filepath.Join(cfg.LogDir, name))
+	if err != nil {
+		return nil, func() {}
+	}
+	return f, func() { f.Close() }
 }
 
 func tail(s string, n int) string {
