@@ -185,7 +185,7 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "| Services | peer | full sync (own metric) | start-up to serving | restart sync | endpoint change: API→packet | endpoint sync (metric) | own programming metric | new Service: API→packet | new Service sync | peak RSS |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Peers {
 		if p.Err != "" && p.FullSync == 0 {
-			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err))
+			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err, 400))
 			continue
 		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f MB |\n", p.Services, p.Peer, d(p.FullSync)+syncsNote(p.StartupSyncs), d(p.StartupToServing),
@@ -223,7 +223,10 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\n![full sync by peer](peers-sync.svg)\n\n![first-packet latency by peer](first-packet.svg)\n")
 	for _, p := range r.Peers {
 		if p.Err != "" {
-			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(p.Err))
+			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(p.Err, 2000))
+		}
+		for _, n := range p.Notes {
+			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(n, 2000))
 		}
 	}
 	fmt.Fprintln(w)
@@ -236,11 +239,12 @@ func syncsNote(n int) string {
 	return ""
 }
 
-func oneLine(s string) string {
+// oneLine fits s into a table cell or a list item: one line, no "|", at most n bytes.
+func oneLine(s string, n int) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	s = strings.ReplaceAll(s, "|", "/")
-	if len(s) > 300 {
-		s = s[:300] + "…"
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
 	}
 	return s
 }

@@ -37,6 +37,7 @@ var (
 	// -full -sync-sizes= -ranges=false -peer-sizes 10000 -peers iptables -kube-proxy-args=--v=4 -peer-logs DIR
 	peerKinds    = flag.String("peers", "nftproxy,nftables,iptables", "peers to run: nftproxy, nftables (kube-proxy nftables mode), iptables (kube-proxy iptables mode)")
 	peerLimit    = flag.Duration("peer-limit", 30*time.Minute, "longest wait for one peer's start-up, change or restart with -full")
+	peerBudget   = flag.Duration("peer-budget", 75*time.Minute, "longest run of one peer at one size, all its waits together, with -full")
 	peerLogs     = flag.String("peer-logs", "", "directory for each peer process's whole output (default: not kept)")
 	kubeProxy    = flag.String("kube-proxy", "", "kube-proxy binary (default: the one test/cluster builds)")
 	kubeProxyArg = flag.String("kube-proxy-args", "", "extra kube-proxy flags, space-separated (e.g. --v=4)")
@@ -93,12 +94,17 @@ func TestReport(t *testing.T) {
 		}
 		cfg = syncs.Config{Sizes: ints(t, *syncSizes), Endpoints: 10, Shapes: shapes, ShapeRuns: *shapeRuns, Runs: *syncRuns,
 			RunsAt: map[int]int{50000: *runs50k}, Seed: 1}
-		pcfg = peers.Config{Sizes: ints(t, *peerSizes), Trials: *peerTrials, Connects: *connects, Limit: *peerLimit, Seed: 1}
+		pcfg = peers.Config{Sizes: ints(t, *peerSizes), Trials: *peerTrials, Connects: *connects, Limit: *peerLimit, PeerBudget: *peerBudget, Seed: 1}
 		rangeServices, rangeRuns, rangeConnects = 10000, 5, *connects
 	} else if dir == "" {
 		dir = t.TempDir()
 	}
 	pcfg.LogDir = *peerLogs
+	// The peers stop in time for the report to be written before go test's -timeout ends the run
+	// (which would lose every figure measured so far).
+	if end, ok := t.Deadline(); ok {
+		pcfg.Deadline = end.Add(-5 * time.Minute)
+	}
 	r.SyncConfig = cfg
 	var err error
 	if len(cfg.AllShapes()) > 0 {
