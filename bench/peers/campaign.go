@@ -225,7 +225,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 	// A wait that gives up says what the peer was doing (e.g. which iptables-restore it was still
 	// waiting for, and for how long), not only what did not happen.
 	why := func(what string, err error) error {
-		return fmt.Errorf("%s: %w; %s", what, err, proc.Diagnose(3))
+		return fmt.Errorf("%s: %w; %s%s", what, err, proc.Diagnose(3), scrapeSummary(topo))
 	}
 	limit, err := bud.wait("start-up")
 	if err != nil {
@@ -353,6 +353,28 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		r.NewServiceE2E, r.NewServiceSync = append(r.NewServiceE2E, e2e), append(r.NewServiceSync, syncD)
 		return nil
 	})
+}
+
+// restoreFailures is kube-proxy iptables mode's count of failed iptables-restore runs.
+const restoreFailures = "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"
+
+// scrapeSummary is what the peer's metrics say about its syncs, for a failure's reason: how
+// many it finished and their mean, and the failed iptables-restore runs (kube-proxy retries a
+// failed restore, so a peer that never serves may be failing rather than slow).
+func scrapeSummary(topo *probe.Topology) string {
+	m, err := Scrape(topo.Node)
+	if err != nil {
+		return "; metrics: " + err.Error()
+	}
+	mean, n := delta(Metrics{}, m, syncMetric)
+	s := fmt.Sprintf("; metrics: %d syncs done", n)
+	if n > 0 {
+		s += fmt.Sprintf(" (mean %s)", mean.Round(time.Millisecond))
+	}
+	if f := m[restoreFailures]; f > 0 {
+		s += fmt.Sprintf(", %.0f iptables-restore runs failed", f)
+	}
+	return s
 }
 
 // waitQuiet waits until the peer has synced at least once and its sync count has not moved for
