@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,12 +21,19 @@ type Child struct {
 	Command string
 	Running time.Duration // since it started
 	CPU     time.Duration // user + system
-	Read    int64         // bytes it has read (rchar): how far it got through its input
+	// Read is how far it got through its input: the offset of its standard input when that is a
+	// file (of Input bytes), else the bytes it has read (rchar; kube-proxy feeds
+	// iptables-restore through a pipe).
+	Read, Input int64
 }
 
 func (c Child) String() string {
-	return fmt.Sprintf("%s (pid %d) running for %s, CPU %s, read %.1f MB", c.Command, c.Pid,
-		c.Running.Round(time.Second), c.CPU.Round(time.Second), float64(c.Read)/(1<<20))
+	read := fmt.Sprintf("read %.1f MB", float64(c.Read)/(1<<20))
+	if c.Input > 0 {
+		read = fmt.Sprintf("at %.1f MB of its %.1f MB input", float64(c.Read)/(1<<20), float64(c.Input)/(1<<20))
+	}
+	return fmt.Sprintf("%s (pid %d) running for %s, CPU %s, %s", c.Command, c.Pid,
+		c.Running.Round(time.Second), c.CPU.Round(time.Second), read)
 }
 
 // Children lists the processes of the peer's process group, except the peer itself.
@@ -62,7 +70,16 @@ func (pr *Proc) Children() []Child {
 		if cl, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
 			c.Command = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
 		}
-		if io, err := os.ReadFile(filepath.Join(dir, "io")); err == nil {
+		if st, err := os.Stat(filepath.Join(dir, "fd", "0")); err == nil && st.Mode().IsRegular() {
+			c.Input = st.Size()
+			if fi, err := os.ReadFile(filepath.Join(dir, "fdinfo", "0")); err == nil {
+				for _, l := range strings.Split(string(fi), "\n") {
+					if v, ok := strings.CutPrefix(l, "pos:"); ok {
+						c.Read, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					}
+				}
+			}
+		} else if io, err := os.ReadFile(filepath.Join(dir, "io")); err == nil {
 			for _, l := range strings.Split(string(io), "\n") {
 				if v, ok := strings.CutPrefix(l, "rchar: "); ok {
 					c.Read, _ = strconv.ParseInt(v, 10, 64)
@@ -116,12 +133,16 @@ func (pr *Proc) Diagnose(lines int) string {
 	return b.String()
 }
 
-// lastLines are the last n non-empty lines of s, each cut to 300 bytes.
+// klogHeader is the start of a klog line ("I1125 14:34:53.741521    2640 proxier.go:1484] "),
+// left out of a failure's reason to leave room for the message.
+var klogHeader = regexp.MustCompile(`^[IWEF]\d{4} [\d:.]+\s+\d+ [^ \]]+\] `)
+
+// lastLines are the last n non-empty lines of s without klog's header, each cut to 300 bytes.
 func lastLines(s string, n int) []string {
 	var out []string
 	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i := len(ls) - 1; i >= 0 && len(out) < n; i-- {
-		l := strings.TrimSpace(ls[i])
+		l := klogHeader.ReplaceAllString(strings.TrimSpace(ls[i]), "")
 		if l == "" {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,10 @@ func TestOutputKeepsHeadAndTail(t *testing.T) {
 	if got := lastLines("a\n\nb\nc\n", 2); strings.Join(got, "|") != "b|c" {
 		t.Errorf("lastLines = %q", got)
 	}
+	klog := "I1125 14:34:53.741521    2640 proxier.go:1484] \"Reloading service iptables data\" numNATChains=123909\n"
+	if got := lastLines(klog, 1); len(got) != 1 || got[0] != `"Reloading service iptables data" numNATChains=123909` {
+		t.Errorf("lastLines of a klog line = %q, want the message only", got)
+	}
 }
 
 // startLocal runs argv as a peer would be run (its own process group), without a namespace.
@@ -60,15 +65,23 @@ func TestDiagnoseAndStopChildren(t *testing.T) {
 	if _, err := exec.LookPath("sleep"); err != nil {
 		t.Skip("no sleep command")
 	}
-	pr := startLocal(t, "sh", "-c", "trap 'exit 0' TERM; echo starting; echo restoring 123 chains; sleep 60 >/dev/null 2>&1 & wait")
+	// The child reads one line of its input file, then waits, as iptables-restore sits in its input.
+	in := filepath.Join(t.TempDir(), "input")
+	if err := os.WriteFile(in, []byte("hello\nworld\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pr := startLocal(t, "sh", "-c", "trap 'exit 0' TERM; echo starting; echo restoring 123 chains; { read l; exec sleep 60; } <"+in+" >/dev/null 2>&1 & wait")
 	var kids []Child
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if kids = pr.Children(); len(kids) > 0 && strings.Contains(pr.Output(), "restoring") {
+		if kids = pr.Children(); len(kids) == 1 && kids[0].Command == "sleep 60" && strings.Contains(pr.Output(), "restoring") {
 			break
 		}
 	}
 	if len(kids) != 1 || kids[0].Command != "sleep 60" {
 		t.Fatalf("children = %v, want the one sleep 60", kids)
+	}
+	if kids[0].Read != 6 || kids[0].Input != 12 {
+		t.Errorf("child at byte %d of %d of its input, want 6 of 12", kids[0].Read, kids[0].Input)
 	}
 	d := pr.Diagnose(1)
 	for _, want := range []string{"test peer running for", "waiting for: sleep 60 (pid ", "last log lines: restoring 123 chains"} {

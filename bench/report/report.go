@@ -185,7 +185,7 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "| Services | peer | full sync (own metric) | start-up to serving | restart sync | endpoint change: API→packet | endpoint sync (metric) | own programming metric | new Service: API→packet | new Service sync | peak RSS |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Peers {
 		if p.Err != "" && p.FullSync == 0 {
-			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err, 400))
+			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err, 700))
 			continue
 		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f MB |\n", p.Services, p.Peer, d(p.FullSync)+syncsNote(p.StartupSyncs), d(p.StartupToServing),
