@@ -208,7 +208,12 @@ func check(t *testing.T, r *Results) {
 		}
 	}
 	for _, p := range r.Peers {
-		if p.Err != "" {
+		// In the full campaign an upstream peer that fails a size (kube-proxy iptables mode at
+		// 10k does not serve within the limit) is a finding, reported in its row; nftproxy
+		// failing is not.
+		if p.Err != "" && *full && p.Peer != peers.NFTProxy {
+			t.Logf("%s at %d Services: %s", p.Peer, p.Services, p.Err)
+		} else if p.Err != "" {
 			t.Errorf("%s at %d Services: %s", p.Peer, p.Services, p.Err)
 		}
 		if p.FirstPacket.Failed > 0 {
