@@ -44,9 +44,10 @@ e2e: deps build
 soak: deps build
 	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m ./test/soak/ ./test/property/
 
-## bench: the whole benchmark campaign (control plane at 1k/10k/50k Services, the nft -f text
-## path, the per-endpoint-chain layout, upstream kube-proxy nftables and iptables modes, data-plane
-## first-packet latency, range width); regenerates bench/REPORT.md, its plots and results.json
+## bench: the whole benchmark campaign (control plane at 1k/10k/50k Services and 5k × 50 endpoints,
+## the nft -f text path, the per-endpoint-chain layout, upstream kube-proxy nftables and iptables
+## modes at 100/1k/10k/30k, data-plane first-packet latency, range width); regenerates
+## bench/REPORT.md, its plots and results.json
 bench: deps build cluster-tools
 	$(GO) test -count=1 -timeout 300m -run TestReport -v ./bench/report -args -full
 

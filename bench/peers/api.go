@@ -66,15 +66,45 @@ feed:
 	return err
 }
 
+// createAttempts bounds the tries of one create the API server answered with a transient error.
+const createAttempts = 5
+
 // CreateService creates s's Service and EndpointSlice (already existing ones are kept).
 func CreateService(ctx context.Context, cs kubernetes.Interface, s *model.Service) error {
-	if _, err := cs.CoreV1().Services(s.Key.Namespace).Create(ctx, workload.ServiceObject(s), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := createService(ctx, cs, workload.ServiceObject(s)); err != nil {
 		return fmt.Errorf("service %s: %w", s.Key, err)
 	}
 	if _, err := cs.DiscoveryV1().EndpointSlices(s.Key.Namespace).Create(ctx, workload.SliceObject(s, time.Now()), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("endpointslice %s: %w", s.Key, err)
 	}
 	return nil
+}
+
+// createService creates svc, and takes a Service of the same name and ClusterIP as created: a
+// loaded API server (30k Services on 2 cores) can answer a create with a timeout while it still
+// stores the Service, and client-go's retry (or ours, after a transient error) then fails with
+// "provided IP is already allocated" — allocated to this very Service.
+func createService(ctx context.Context, cs kubernetes.Interface, svc *corev1.Service) error {
+	var err error
+	for i := 0; i < createAttempts; i++ {
+		if _, err = cs.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if got, gerr := cs.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{}); gerr == nil && got.Spec.ClusterIP == svc.Spec.ClusterIP {
+			return nil
+		}
+		if !transient(err) {
+			return err
+		}
+		time.Sleep(time.Duration(i+1) * 500 * time.Millisecond)
+	}
+	return fmt.Errorf("%w (after %d attempts)", err, createAttempts)
+}
+
+// transient errors are worth another try: the API server was busy, not the request wrong.
+func transient(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // DeleteService deletes s's Service and EndpointSlice.

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -32,34 +33,37 @@ const (
 	syncMetric             = "kubeproxy_sync_proxy_rules_duration_seconds"
 	programmingMetric      = "kubeproxy_network_programming_duration_seconds"
 	nodeName               = "bench-node"
-	outputLimit            = 64 << 10
+	outputLimit            = 64 << 10 // bytes kept from the start of a peer's output, and again from its end
 )
 
 // Peer is one proxy and its binary.
 type Peer struct {
 	Kind   Kind
 	Binary string
-	// Extra flags, after the common ones (e.g. nftproxy's --min-sync-period 1s to compare
-	// the fixed period with the default pacing).
-	Extra []string
+	// Args are appended to the peer's flags (a later flag wins), e.g. "--v=4" to see each
+	// kube-proxy sync's phases in its log, or nftproxy's "--min-sync-period 1s" to compare
+	// kube-proxy's fixed period with the default pacing.
+	Args []string
 }
 
 // args are the peer's flags: same node name and metrics address for all, each peer's default
 // sync pacing: kube-proxy 1.34's minimum sync period is 1 s in both modes (its flag only exists
 // for iptables and ipvs), nftproxy's default adapts to what its syncs cost, at most 1 s.
 func (p Peer) args(kubeconfig string) []string {
+	// kube-proxy logs at -v=2, as it is usually deployed: one line per sync with its size
+	// ("Reloading service iptables data" with the numbers of chains and rules) and its time
+	// ("SyncProxyRules complete"), no line per Service.
 	common := []string{"--kubeconfig", kubeconfig, "--hostname-override", nodeName, "--metrics-bind-address", metricsAddr,
 		"--healthz-bind-address", healthzAddr}
-	common = append(common, p.Extra...)
 	switch p.Kind {
 	case NFTProxy:
-		return append([]string{p.Binary, "run", "--ip-families", "ipv4"}, common...)
+		return append(append([]string{p.Binary, "run", "--ip-families", "ipv4"}, common...), p.Args...)
 	case KubeProxyNFTables, KubeProxyIPTables:
 		mode := "nftables"
 		if p.Kind == KubeProxyIPTables {
 			mode = "iptables"
 		}
-		return append([]string{p.Binary, "--proxy-mode", mode, "--conntrack-max-per-core=0", "--v=1"}, common...)
+		return append(append([]string{p.Binary, "--proxy-mode", mode, "--conntrack-max-per-core=0", "--v=2"}, common...), p.Args...)
 	}
 	return nil
 }
@@ -73,32 +77,70 @@ type Proc struct {
 	done    chan error
 }
 
-// limited keeps the first outputLimit bytes of a process's output.
+// limited keeps the first and the last outputLimit bytes of a process's output: the start says
+// how the peer was set up, the end what it was doing when a wait gave up on it.
 type limited struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu         sync.Mutex
+	head, tail bytes.Buffer
+	dropped    int64 // bytes between head and tail that were not kept
 }
 
 func (l *limited) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if room := outputLimit - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
+	n := len(p)
+	if room := outputLimit - l.head.Len(); room > 0 {
+		k := min(room, len(p))
+		l.head.Write(p[:k])
+		p = p[k:]
 	}
-	return len(p), nil
+	l.tail.Write(p)
+	if over := l.tail.Len() - outputLimit; over > 0 {
+		l.tail.Next(over)
+		l.dropped += int64(over)
+		if l.tail.Cap() > 4*outputLimit { // keep the buffer from growing with the log
+			b := append([]byte(nil), l.tail.Bytes()...)
+			l.tail.Reset()
+			l.tail.Write(b)
+		}
+	}
+	return n, nil
 }
 
 func (l *limited) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.String()
+	if l.dropped == 0 {
+		return l.head.String() + l.tail.String()
+	}
+	return fmt.Sprintf("%s\n[... %d bytes not kept ...]\n%s", l.head.String(), l.dropped, l.tail.String())
 }
 
-// Start runs p in ns ("ip netns exec" execs the binary, so the pid is the peer's own).
-func Start(ns *netns.NS, p Peer, kubeconfig string) (*Proc, error) {
+// Tail is the end of what the peer logged: its last n bytes, from a line start when possible.
+func (pr *Proc) Tail(n int) string {
+	pr.out.mu.Lock()
+	b := append(append([]byte(nil), pr.out.head.Bytes()...), pr.out.tail.Bytes()...)
+	pr.out.mu.Unlock()
+	if len(b) <= n {
+		return string(b)
+	}
+	b = b[len(b)-n:]
+	if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
+		b = b[i+1:]
+	}
+	return string(b)
+}
+
+// Start runs p in ns ("ip netns exec" execs the binary, so the pid is the peer's own). When log
+// is not nil the peer's whole output is copied to it as well.
+func Start(ns *netns.NS, p Peer, kubeconfig string, log io.Writer) (*Proc, error) {
 	cmd := ns.Command(p.args(kubeconfig)...)
 	pr := &Proc{Peer: p, cmd: cmd, out: &limited{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = pr.out, pr.out
+	if log != nil {
+		w := io.MultiWriter(pr.out, log)
+		cmd.Stdout, cmd.Stderr = w, w
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr.Started = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -139,8 +181,12 @@ func (pr *Proc) PeakRSS() int64 {
 	return 0
 }
 
-// Stop sends SIGTERM, waits up to 20 s, then kills. Only this process (and its group) is signalled.
+// Stop sends SIGTERM, waits up to 20 s, then kills. Only this process and its group are
+// signalled: the group is killed in any case, because a child the peer was waiting for (kube-proxy's
+// iptables-restore, which can run for hours at 10k Services) outlives its parent's exit and
+// would otherwise burn a CPU through every later measurement.
 func (pr *Proc) Stop() {
+	defer func() { _ = syscall.Kill(-pr.cmd.Process.Pid, syscall.SIGKILL) }()
 	if ok, _ := pr.Exited(); ok {
 		return
 	}

@@ -88,7 +88,10 @@ func (t *Topology) WaitReply(target netip.AddrPort, want string, since time.Time
 			}
 			time.Sleep(time.Millisecond)
 		}
-		return fmt.Errorf("%s: no answer from %q within %s (last: %s)", target, want, limit, last)
+		if want == "" {
+			return fmt.Errorf("%s: no answer within %s (last: %s)", target, limit, last)
+		}
+		return fmt.Errorf("%s: no answer from %s within %s (last: %s)", target, want, limit, last)
 	})
 	return got, err
 }

@@ -34,10 +34,17 @@ runs alone, in turn, in the node namespace of a fresh client/node/backend topolo
 (bench/probe), watching that API server through a relay, with the same node name and metrics
 address; each peer paces its syncs by its own default: kube-proxy 1.34's fixed 1 s minimum sync
 period in both modes, nftproxy's adaptive pacing (the wait follows what its syncs cost, at most
-1 s; README, "Sync pacing"); kube-proxy also gets --conntrack-max-per-core=0, and iptables mode runs the
-distribution's iptables-restore (nf_tables backend). The
-backend namespace owns every pod address (local routes) and answers on port 8080 with the
-address a connection reached.
+1 s; README, "Sync pacing"); kube-proxy also gets --conntrack-max-per-core=0 and logs at -v=2
+(one line per sync with its numbers of chains and rules), and iptables mode runs the
+distribution's iptables-restore (nf_tables backend). The backend namespace owns every pod
+address (local routes) and answers on port 8080 with the address a connection reached.
+
+Each peer at each size runs: start-up until serving and quiet, first packets, a restart, then the
+endpoint and new-Service trials on the restarted process. Every wait is bounded, and so is a
+peer's whole run at one size (its budget): a peer that does not serve in time fails its row with
+what it was doing then (the processes it was waiting for, e.g. an iptables-restore with its
+running time, CPU time and how much of its input it had read, and its last log lines), and is
+not run at larger sizes; trials the budget left cannot hold are skipped with a note.
 
 - *full sync (own metric)*: kubeproxy_sync_proxy_rules_duration_seconds (nftproxy exports the
   same name) once the peer is quiet after start-up (no new sync for 2 s); the mean of those
@@ -55,6 +62,6 @@ address a connection reached.
   last-change-trigger-time, which the benchmark sets as the EndpointSlice controller would).
 - *sync (metric)*: the mean duration of the syncs the peer ran for that change.
 - *restart sync*: a second process of the peer against the kernel the first one programmed.
-- *peak RSS*: VmHWM of the peer's process before the restart.
+- *peak RSS*: VmHWM of the first process (start-up and first packets), before the restart.
 
 `

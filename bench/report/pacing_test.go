@@ -39,7 +39,7 @@ func TestPacing(t *testing.T) {
 		t.Fatalf("build nftproxy: %v\n%s", err, out)
 	}
 	cfg := peers.Config{Sizes: ints(t, *pacingSizes), Trials: 7, Connects: 200, Limit: 10 * time.Minute, Seed: 1,
-		Peers: []peers.Peer{{Kind: peers.NFTProxy, Binary: bin}, {Kind: peers.NFTProxy, Binary: bin, Extra: []string{"--min-sync-period", "1s"}}}}
+		Peers: []peers.Peer{{Kind: peers.NFTProxy, Binary: bin}, {Kind: peers.NFTProxy, Binary: bin, Args: []string{"--min-sync-period", "1s"}}}}
 	rc := c.Config()
 	rc.QPS, rc.Burst = 2000, 4000
 	cs, err := kubernetes.NewForConfig(rc)

@@ -152,7 +152,7 @@ func markdown(w io.Writer, r *Results) {
 		fmt.Fprintf(w, "**Incomplete:** %s\n\n", r.SyncErr)
 	}
 	fmt.Fprint(w, syncMethodText)
-	syncs.Markdown(w, r.SyncConfig, r.Syncs)
+	syncs.Markdown(w, r.Syncs)
 	layoutRatios(w, r)
 	fmt.Fprintf(w, "\n![sync time vs Services](syncs.svg)\n")
 	peersSection(w, r)
@@ -161,24 +161,15 @@ func markdown(w io.Writer, r *Results) {
 
 // layoutRatios compares the per-endpoint-chain layout's kernel commit with nftproxy's, per size.
 func layoutRatios(w io.Writer, r *Results) {
-	fmt.Fprintf(w, "\n**Per-endpoint-chain layout vs nftproxy's, kernel commit time (median, same run):**\n\n| Services | full | 1 endpoint | 100 endpoints | new Service |\n|---:|---:|---:|---:|---:|\n")
-	for _, size := range sizes(r.Syncs) {
-		res := r.Syncs[size]
+	fmt.Fprintf(w, "\n**Per-endpoint-chain layout vs nftproxy's, kernel commit time (median, same run):**\n\n| Services × endpoints | full | 1 endpoint | 100 endpoints | new Service |\n|---:|---:|---:|---:|---:|\n")
+	for _, shape := range r.Syncs.Shapes() {
+		res := r.Syncs[shape]
 		k := func(ph syncs.Phase) time.Duration {
 			return syncs.Median(res[ph], func(s syncs.Sample) time.Duration { return s.Kernel })
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", size, ratio(k(syncs.ChainFull), k(syncs.Full)), ratio(k(syncs.ChainOneEndpoint), k(syncs.OneEndpoint)),
+		fmt.Fprintf(w, "| %d × %d | %s | %s | %s | %s |\n", shape.Services, shape.Endpoints, ratio(k(syncs.ChainFull), k(syncs.Full)), ratio(k(syncs.ChainOneEndpoint), k(syncs.OneEndpoint)),
 			ratio(k(syncs.ChainEndpointsX), k(syncs.EndpointsX)), ratio(k(syncs.ChainNewService), k(syncs.NewService)))
 	}
-}
-
-func sizes(res syncs.Results) []int {
-	var out []int
-	for s := range res {
-		out = append(out, s)
-	}
-	sort.Ints(out)
-	return out
 }
 
 func peersSection(w io.Writer, r *Results) {
@@ -194,7 +185,7 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "| Services | peer | full sync (own metric) | start-up to serving | restart sync | endpoint change: API→packet | endpoint sync (metric) | own programming metric | new Service: API→packet | new Service sync | peak RSS |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Peers {
 		if p.Err != "" && p.FullSync == 0 {
-			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err))
+			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err, 700))
 			continue
 		}
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f MB |\n", p.Services, p.Peer, d(p.FullSync)+syncsNote(p.StartupSyncs), d(p.StartupToServing),
@@ -232,7 +223,10 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\n![full sync by peer](peers-sync.svg)\n\n![first-packet latency by peer](first-packet.svg)\n")
 	for _, p := range r.Peers {
 		if p.Err != "" {
-			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(p.Err))
+			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(p.Err, 2000))
+		}
+		for _, n := range p.Notes {
+			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(n, 2000))
 		}
 	}
 	fmt.Fprintln(w)
@@ -245,11 +239,12 @@ func syncsNote(n int) string {
 	return ""
 }
 
-func oneLine(s string) string {
+// oneLine fits s into a table cell or a list item: one line, no "|", at most n bytes.
+func oneLine(s string, n int) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	s = strings.ReplaceAll(s, "|", "/")
-	if len(s) > 300 {
-		s = s[:300] + "…"
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
 	}
 	return s
 }
@@ -274,13 +269,13 @@ func rangesSection(w io.Writer, r *Results) {
 
 func headline(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\n## Headline (medians; ratios from the same run)\n\n")
-	for _, size := range sizes(r.Syncs) {
-		res := r.Syncs[size]
+	for _, shape := range r.Syncs.Shapes() {
+		res := r.Syncs[shape]
 		tot := func(ph syncs.Phase) time.Duration {
 			return syncs.Median(res[ph], func(s syncs.Sample) time.Duration { return s.Total })
 		}
-		fmt.Fprintf(w, "- %d Services: full sync %s (nft -f of the same ruleset %s, %s; per-endpoint-chain layout %s); 1-endpoint partial sync %s (per-endpoint chains %s, %s)\n",
-			size, d(tot(syncs.Full)), d(tot(syncs.NftText)), ratio(tot(syncs.NftText), tot(syncs.Full)), d(tot(syncs.ChainFull)),
+		fmt.Fprintf(w, "- %d Services × %d endpoints: full sync %s (nft -f of the same ruleset %s, %s; per-endpoint-chain layout %s); 1-endpoint partial sync %s (per-endpoint chains %s, %s)\n",
+			shape.Services, shape.Endpoints, d(tot(syncs.Full)), d(tot(syncs.NftText)), ratio(tot(syncs.NftText), tot(syncs.Full)), d(tot(syncs.ChainFull)),
 			d(tot(syncs.OneEndpoint)), d(tot(syncs.ChainOneEndpoint)), ratio(tot(syncs.ChainOneEndpoint), tot(syncs.OneEndpoint)))
 	}
 }
@@ -290,9 +285,12 @@ func plots(r *Results) map[string]string {
 	var ss []Series
 	for _, ph := range []syncs.Phase{syncs.Full, syncs.NftText, syncs.ChainFull, syncs.OneEndpoint, syncs.ChainOneEndpoint, syncs.NewService} {
 		s := Series{Name: string(ph)}
-		for _, size := range sizes(r.Syncs) {
-			if m := syncs.Median(r.Syncs[size][ph], func(x syncs.Sample) time.Duration { return x.Total }); m > 0 {
-				s.X, s.Y = append(s.X, float64(size)), append(s.Y, m.Seconds()*1e3)
+		for _, shape := range r.Syncs.Shapes() {
+			if shape.Endpoints != 10 { // the plot's x axis is Services at 10 endpoints each; other shapes have their own tables
+				continue
+			}
+			if m := syncs.Median(r.Syncs[shape][ph], func(x syncs.Sample) time.Duration { return x.Total }); m > 0 {
+				s.X, s.Y = append(s.X, float64(shape.Services)), append(s.Y, m.Seconds()*1e3)
 			}
 		}
 		ss = append(ss, s)

@@ -27,10 +27,21 @@ var (
 	syncSizes  = flag.String("sync-sizes", "1000,10000,50000", "control-plane sizes with -full")
 	syncRuns   = flag.Int("sync-runs", 5, "control-plane runs per size with -full")
 	runs50k    = flag.Int("sync-runs-50k", 1, "control-plane runs at 50,000 Services (one run takes minutes)")
+	syncShapes = flag.String("sync-shapes", "5000x50", "control-plane shapes with their own endpoints per Service port, SERVICESxENDPOINTS, with -full (5000x50: upstream Kubernetes issue #135639's 250k endpoints)")
+	shapeRuns  = flag.Int("sync-runs-shapes", 3, "control-plane runs per -sync-shapes shape")
 	peerSizes  = flag.String("peer-sizes", "100,1000,10000,30000", "peer campaign sizes with -full; empty skips the peers")
 	peerTrials = flag.Int("peer-trials", 5, "endpoint changes and new Services per peer and size")
 	connects   = flag.Int("connects", 3000, "first-packet connections per peer and size")
 	rerender   = flag.String("rerender", "", "measure nothing: rewrite REPORT.md and the plots next to this results.json")
+	// For measuring one peer alone, e.g. kube-proxy iptables mode at 10k with its log at -v=4:
+	// -full -sync-sizes= -ranges=false -peer-sizes 10000 -peers iptables -kube-proxy-args=--v=4 -peer-logs DIR
+	peerKinds    = flag.String("peers", "nftproxy,nftables,iptables", "peers to run: nftproxy, nftables (kube-proxy nftables mode), iptables (kube-proxy iptables mode)")
+	peerLimit    = flag.Duration("peer-limit", 30*time.Minute, "longest wait for one peer's start-up, change or restart with -full")
+	peerBudget   = flag.Duration("peer-budget", 75*time.Minute, "longest run of one peer at one size, all its waits together, with -full")
+	peerLogs     = flag.String("peer-logs", "", "directory for each peer process's whole output (default: not kept)")
+	kubeProxy    = flag.String("kube-proxy", "", "kube-proxy binary (default: the one test/cluster builds)")
+	kubeProxyArg = flag.String("kube-proxy-args", "", "extra kube-proxy flags, space-separated (e.g. --v=4)")
+	withRanges   = flag.Bool("ranges", true, "measure the port-range cost")
 )
 
 func ints(t *testing.T, s string) []int {
@@ -77,24 +88,39 @@ func TestReport(t *testing.T) {
 		if dir == "" {
 			dir = ".."
 		}
-		cfg = syncs.Config{Sizes: ints(t, *syncSizes), Endpoints: 10, Runs: *syncRuns, RunsAt: map[int]int{50000: *runs50k}, Seed: 1}
-		pcfg = peers.Config{Sizes: ints(t, *peerSizes), Trials: *peerTrials, Connects: *connects, Limit: 30 * time.Minute, Seed: 1}
+		shapes, err := syncs.ParseShapes(*syncShapes, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = syncs.Config{Sizes: ints(t, *syncSizes), Endpoints: 10, Shapes: shapes, ShapeRuns: *shapeRuns, Runs: *syncRuns,
+			RunsAt: map[int]int{50000: *runs50k}, Seed: 1}
+		pcfg = peers.Config{Sizes: ints(t, *peerSizes), Trials: *peerTrials, Connects: *connects, Limit: *peerLimit, PeerBudget: *peerBudget, Seed: 1}
 		rangeServices, rangeRuns, rangeConnects = 10000, 5, *connects
 	} else if dir == "" {
 		dir = t.TempDir()
 	}
+	pcfg.LogDir = *peerLogs
+	// The peers stop in time for the report to be written before go test's -timeout ends the run
+	// (which would lose every figure measured so far).
+	if end, ok := t.Deadline(); ok {
+		pcfg.Deadline = end.Add(-5 * time.Minute)
+	}
 	r.SyncConfig = cfg
 	var err error
-	t.Logf("control plane: sizes %v", cfg.Sizes)
-	if r.Syncs, err = syncs.Run(ctx, cfg); err != nil {
-		r.SyncErr = err.Error()
-		t.Errorf("syncs: %v", err)
+	if len(cfg.AllShapes()) > 0 {
+		t.Logf("control plane: sizes %v", cfg.Sizes)
+		if r.Syncs, err = syncs.Run(ctx, cfg); err != nil {
+			r.SyncErr = err.Error()
+			t.Errorf("syncs: %v", err)
+		}
 	}
-	t.Logf("ranges: %d Services", rangeServices)
-	r.RangeServices = rangeServices
-	if r.Ranges, err = MeasureRanges(ctx, rangeServices, rangeRuns, rangeConnects); err != nil {
-		r.RangesErr = err.Error()
-		t.Errorf("ranges: %v", err)
+	if *withRanges {
+		t.Logf("ranges: %d Services", rangeServices)
+		r.RangeServices = rangeServices
+		if r.Ranges, err = MeasureRanges(ctx, rangeServices, rangeRuns, rangeConnects); err != nil {
+			r.RangesErr = err.Error()
+			t.Errorf("ranges: %v", err)
+		}
 	}
 	if len(pcfg.Sizes) > 0 && !skipCluster() {
 		r.Peers, err = runPeers(t, ctx, pcfg)
@@ -122,11 +148,25 @@ func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Resu
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
 		t.Fatalf("build nftproxy: %v\n%s", err, out)
 	}
-	cfg.Peers = []peers.Peer{{Kind: peers.NFTProxy, Binary: bin}, {Kind: peers.KubeProxyNFTables, Binary: c.Binaries.KubeProxy}}
-	if _, err := exec.LookPath("iptables-restore"); err == nil {
-		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyIPTables, Binary: c.Binaries.KubeProxy})
-	} else {
+	kp := c.Binaries.KubeProxy
+	if *kubeProxy != "" {
+		kp = *kubeProxy
+	}
+	kpArgs := strings.Fields(*kubeProxyArg)
+	want := map[string]bool{}
+	for _, k := range strings.Split(*peerKinds, ",") {
+		want[strings.TrimSpace(k)] = true
+	}
+	if want["nftproxy"] {
+		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.NFTProxy, Binary: bin})
+	}
+	if want["nftables"] {
+		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyNFTables, Binary: kp, Args: kpArgs})
+	}
+	if _, err := exec.LookPath("iptables-restore"); err != nil && want["iptables"] {
 		t.Log("iptables-restore not found: kube-proxy iptables mode skipped (apt-get install iptables)")
+	} else if want["iptables"] {
+		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyIPTables, Binary: kp, Args: kpArgs})
 	}
 	rc := c.Config()
 	rc.QPS, rc.Burst = 2000, 4000
@@ -152,13 +192,13 @@ func check(t *testing.T, r *Results) {
 		for _, ph := range []syncs.Phase{syncs.Full, syncs.OneEndpoint, syncs.NewService, syncs.ChainFull, syncs.ChainOneEndpoint} {
 			for _, s := range res[ph] {
 				if s.Ops == 0 {
-					t.Errorf("%d Services, %s: sent nothing", size, ph)
+					t.Errorf("%s, %s: sent nothing", size, ph)
 				}
 			}
 		}
 		for _, s := range res[syncs.Restart] {
 			if s.Ops != 0 {
-				t.Errorf("%d Services, restart: sent %d ops, want 0", size, s.Ops)
+				t.Errorf("%s, restart: sent %d ops, want 0", size, s.Ops)
 			}
 		}
 	}
@@ -168,7 +208,12 @@ func check(t *testing.T, r *Results) {
 		}
 	}
 	for _, p := range r.Peers {
-		if p.Err != "" {
+		// In the full campaign an upstream peer that fails a size (kube-proxy iptables mode at
+		// 10k does not serve within the limit) is a finding, reported in its row; nftproxy
+		// failing is not.
+		if p.Err != "" && *full && p.Peer != peers.NFTProxy {
+			t.Logf("%s at %d Services: %s", p.Peer, p.Services, p.Err)
+		} else if p.Err != "" {
 			t.Errorf("%s at %d Services: %s", p.Peer, p.Services, p.Err)
 		}
 		if p.FirstPacket.Failed > 0 {

@@ -78,19 +78,14 @@ func fmtBytes(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// Markdown writes one table per size: medians with [min–max] over runs.
-func Markdown(w io.Writer, cfg Config, res Results) {
-	sizes := make([]int, 0, len(res))
-	for s := range res {
-		sizes = append(sizes, s)
-	}
-	sort.Ints(sizes)
-	for _, size := range sizes {
-		fmt.Fprintf(w, "\n**%d Services × %d endpoints** (median [min–max] of %d runs)\n\n", size, cfg.Endpoints, len(res[size][Full]))
+// Markdown writes one table per shape: medians with [min–max] over runs.
+func Markdown(w io.Writer, res Results) {
+	for _, shape := range res.Shapes() {
+		fmt.Fprintf(w, "\n**%d Services × %d endpoints** (median [min–max] of %d runs)\n\n", shape.Services, shape.Endpoints, len(res[shape][Full]))
 		fmt.Fprintf(w, "| phase | total | our Go (build+diff) | read-back | encode | kernel apply | CPU user | CPU sys | ops | bytes sent |\n")
 		fmt.Fprintf(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, ph := range Phases {
-			ss := res[size][ph]
+			ss := res[shape][ph]
 			if len(ss) == 0 {
 				continue
 			}
@@ -132,6 +127,16 @@ func Markdown(w io.Writer, cfg Config, res Results) {
 				int(medianDur(ops)), fmtBytes(int(medianDur(bytes))))
 		}
 	}
+}
+
+// Shapes are the shapes res holds, by endpoints per Service then Services.
+func (res Results) Shapes() []Shape {
+	out := make([]Shape, 0, len(res))
+	for s := range res {
+		out = append(out, s)
+	}
+	SortShapes(out)
+	return out
 }
 
 func isChain(ph Phase) bool {

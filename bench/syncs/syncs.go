@@ -72,10 +72,14 @@ type Sample struct {
 
 // Config is one campaign.
 type Config struct {
-	Sizes     []int // Services
+	Sizes     []int // Services, each with Endpoints per Service port
 	Endpoints int   // per Service port
+	// Shapes are further sizes with their own number of endpoints (e.g. 5000x50), measured
+	// after Sizes, ShapeRuns times each (Runs when 0).
+	Shapes    []Shape
+	ShapeRuns int
 	Runs      int
-	// RunsAt lowers Runs for a size (e.g. 50k, where one run takes minutes).
+	// RunsAt lowers Runs for a size of Sizes (e.g. 50k, where one run takes minutes).
 	RunsAt map[int]int
 	Seed   int64
 	// NoChains skips the per-endpoint-chain layout.
@@ -83,16 +87,43 @@ type Config struct {
 	Log      io.Writer // one line per sample, when set
 }
 
-// runs is the number of runs for size.
-func (c Config) runs(size int) int {
-	if n, ok := c.RunsAt[size]; ok {
-		return n
+// runs is the number of runs for a shape: RunsAt for a size of Sizes, ShapeRuns for one of Shapes.
+func (c Config) runs(s Shape) int {
+	for _, n := range c.Sizes {
+		if n == s.Services && s.Endpoints == c.Endpoints {
+			if r, ok := c.RunsAt[n]; ok {
+				return r
+			}
+			return c.Runs
+		}
+	}
+	if c.ShapeRuns > 0 {
+		return c.ShapeRuns
 	}
 	return c.Runs
 }
 
-// Results holds, per size, every phase's samples.
-type Results map[int]map[Phase][]Sample
+// AllShapes is Sizes × Endpoints, then Shapes, each once.
+func (c Config) AllShapes() []Shape {
+	var out []Shape
+	seen := map[Shape]bool{}
+	add := func(s Shape) {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	for _, n := range c.Sizes {
+		add(Shape{Services: n, Endpoints: c.Endpoints})
+	}
+	for _, s := range c.Shapes {
+		add(s)
+	}
+	return out
+}
+
+// Results holds, per shape, every phase's samples.
+type Results map[Shape]map[Phase][]Sample
 
 // timed wraps the kernel to time the reconciler's reads and applies.
 type timed struct {
@@ -147,22 +178,22 @@ func NewBuilder() (*ruleset.Builder, error) {
 // seed); the changes of run r come from seed+r.
 func Run(ctx context.Context, cfg Config) (Results, error) {
 	out := Results{}
-	for _, size := range cfg.Sizes {
-		out[size] = map[Phase][]Sample{}
-		for r := 0; r < cfg.runs(size); r++ {
-			samples, err := runOnce(ctx, cfg, size, cfg.Seed+int64(r))
+	for _, shape := range cfg.AllShapes() {
+		out[shape] = map[Phase][]Sample{}
+		for r := 0; r < cfg.runs(shape); r++ {
+			samples, err := runOnce(ctx, cfg, shape, cfg.Seed+int64(r))
 			if err != nil {
-				return out, fmt.Errorf("%d services, run %d: %w", size, r, err)
+				return out, fmt.Errorf("%d services × %d endpoints, run %d: %w", shape.Services, shape.Endpoints, r, err)
 			}
 			for _, ph := range Phases {
 				if _, ok := samples[ph]; !ok {
 					continue
 				}
-				out[size][ph] = append(out[size][ph], samples[ph])
+				out[shape][ph] = append(out[shape][ph], samples[ph])
 				if cfg.Log != nil {
 					s := samples[ph]
-					fmt.Fprintf(cfg.Log, "size=%d run=%d phase=%q total=%v go=%v readback=%v encode=%v kernel=%v user=%v sys=%v ops=%d bytes=%d\n",
-						size, r, ph, s.Total, s.Go, s.ReadBack, s.Encode, s.Kernel, s.User, s.Sys, s.Ops, s.Bytes)
+					fmt.Fprintf(cfg.Log, "shape=%s run=%d phase=%q total=%v go=%v readback=%v encode=%v kernel=%v user=%v sys=%v ops=%d bytes=%d\n",
+						shape, r, ph, s.Total, s.Go, s.ReadBack, s.Encode, s.Kernel, s.User, s.Sys, s.Ops, s.Bytes)
 				}
 			}
 		}
@@ -170,8 +201,8 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	return out, nil
 }
 
-func runOnce(ctx context.Context, cfg Config, size int, churnSeed int64) (map[Phase]Sample, error) {
-	spec := workload.DefaultSpec(size, cfg.Endpoints, cfg.Seed)
+func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (map[Phase]Sample, error) {
+	spec := workload.DefaultSpec(shape.Services, shape.Endpoints, cfg.Seed)
 	w := workload.Generate(spec)
 	b, err := NewBuilder()
 	if err != nil {

@@ -18,7 +18,7 @@ func TestQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := res[200]
+	r := res[Shape{Services: 200, Endpoints: 10}]
 	full := r[Full][0]
 	if full.Ops == 0 {
 		t.Fatal("full sync sent nothing")
@@ -54,7 +54,7 @@ func BenchmarkSync(b *testing.B) {
 					b.Fatal(err)
 				}
 				for ph, unit := range metricNames {
-					s := res[size][ph][0]
+					s := res[Shape{Services: size, Endpoints: 10}][ph][0]
 					b.ReportMetric(float64(s.Total.Microseconds())/1e3, unit+"-total-ms")
 					b.ReportMetric(float64(s.Kernel.Microseconds())/1e3, unit+"-kernel-ms")
 					b.ReportMetric(float64(s.Go.Microseconds())/1e3, unit+"-go-ms")

@@ -9,15 +9,13 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 
 	"github.com/nftproxy/nftproxy/bench/syncs"
 )
 
 func main() {
-	sizes := flag.String("sizes", "1000,10000", "numbers of Services, comma separated")
-	endpoints := flag.Int("endpoints", 10, "endpoints per Service port")
+	sizes := flag.String("sizes", "1000,10000", "numbers of Services, comma separated; SERVICESxENDPOINTS (e.g. 5000x50) sets a size's own endpoints per Service port")
+	endpoints := flag.Int("endpoints", 10, "endpoints per Service port, for sizes without their own")
 	runs := flag.Int("runs", 5, "runs per size (fresh namespaces each)")
 	seed := flag.Int64("seed", 1, "workload seed")
 	quick := flag.Bool("quick", false, "CI mode: 1000 Services, 3 runs")
@@ -32,14 +30,12 @@ func main() {
 	if *quick {
 		*sizes, cfg.Runs = "1000", 3
 	}
-	for _, s := range strings.Split(*sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "syncs: bad size %q\n", s)
-			os.Exit(2)
-		}
-		cfg.Sizes = append(cfg.Sizes, n)
+	shapes, err := syncs.ParseShapes(*sizes, *endpoints)
+	if err != nil || len(shapes) == 0 {
+		fmt.Fprintf(os.Stderr, "syncs: -sizes %q: %v\n", *sizes, err)
+		os.Exit(2)
 	}
+	cfg.Shapes = shapes
 	cfg.Log = io.Discard
 	if *verbose {
 		cfg.Log = os.Stderr
@@ -62,5 +58,5 @@ func main() {
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
-	syncs.Markdown(os.Stdout, cfg, res)
+	syncs.Markdown(os.Stdout, res)
 }
