@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestManyDocumentsKeepOrderAndFirstError: documents are decoded in parallel batches; the
@@ -41,5 +42,20 @@ func TestManyDocumentsKeepOrderAndFirstError(t *testing.T) {
 	_, errs = Load(dir)
 	if len(errs) != 1 || errs[0].Document != bad[0]+1 {
 		t.Fatalf("errors %v, want one naming document %d (the first bad one)", errs, bad[0]+1)
+	}
+}
+
+// TestReloadCapFollowsCost: under a steady churn a cheap reload is repeated every
+// MinReloadDelay, an expensive one at twice its cost, never less often than MaxReloadDelay.
+func TestReloadCapFollowsCost(t *testing.T) {
+	for _, c := range []struct{ cost, want time.Duration }{
+		{0, MinReloadDelay},
+		{50 * time.Millisecond, MinReloadDelay},
+		{300 * time.Millisecond, 600 * time.Millisecond},
+		{5 * time.Second, MaxReloadDelay},
+	} {
+		if got := reloadCap(c.cost); got != c.want {
+			t.Errorf("reloadCap(%v) = %v, want %v", c.cost, got, c.want)
+		}
 	}
 }

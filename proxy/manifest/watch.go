@@ -19,8 +19,20 @@ const DebounceInterval = 100 * time.Millisecond
 
 // MaxReloadDelay caps the wait from the first event of a burst to the reload: a directory that
 // never stops changing (a generator rewriting files all the time) is still reloaded this often,
-// instead of never.
+// instead of never. Within it the cap adapts to what a reload costs: twice the last reload's
+// time, and at least MinReloadDelay. A reload decodes only the files that changed, so under a
+// steady churn a change reaches the rules in a fraction of a second, while an expensive reload
+// still takes at most a third of the time.
 const MaxReloadDelay = time.Second
+
+// MinReloadDelay is the least wait from the first event of a burst to the reload under a steady
+// churn (see MaxReloadDelay).
+const MinReloadDelay = 250 * time.Millisecond
+
+// reloadCap is the longest a burst waits for its reload after a reload that took cost.
+func reloadCap(cost time.Duration) time.Duration {
+	return min(MaxReloadDelay, max(MinReloadDelay, 2*cost))
+}
 
 // PollInterval is how often a Watcher looks for its directory again while the directory is
 // missing or unreadable (no inotify watch can wait for a path that does not exist).
@@ -75,8 +87,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(PollInterval)
 	poll.Stop()
 	defer poll.Stop()
-	cache := newFileCache() // files that did not change are not decoded again
+	cache := newFileCache()    // files that did not change are not decoded again
+	var lastCost time.Duration // what the last reload took, load and OnLoad
 	reload := func() {
+		start := time.Now()
+		defer func() { lastCost = time.Since(start) }()
 		if !watching { // before loading, so an edit made meanwhile is not missed
 			if err := fw.Add(dir); err == nil {
 				watching = true
@@ -126,7 +141,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			burstStart = now
 		}
 		wait := DebounceInterval
-		if left := MaxReloadDelay - now.Sub(burstStart); left < wait {
+		if left := reloadCap(lastCost) - now.Sub(burstStart); left < wait {
 			wait = max(left, 0)
 		}
 		timer.Reset(wait)
