@@ -63,10 +63,10 @@ type plan struct {
 	addChains   []nft.Chain
 	replChains  []nft.Chain // base chains whose hook or priority changed: flush, delete, add
 	flushChains []string
-	delElems    []nft.Element
+	delElems    []*nft.Element // the indexes' own elements, never changed: no copies
 	delSets     []string
 	addSets     []nft.Set
-	addElems    []nft.Element
+	addElems    []*nft.Element
 	addRules    []nft.Rule
 	delChains   []string
 	newStale    []string
@@ -159,18 +159,18 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 		}
 		switch {
 		case inD && !inA:
-			p.addElems = append(p.addElems, *de.el)
+			p.addElems = append(p.addElems, de.el)
 		case inD && inA && !sameElement(de.el, ae.el):
-			p.delElems = append(p.delElems, *ae.el)
-			p.addElems = append(p.addElems, *de.el)
+			p.delElems = append(p.delElems, ae.el)
+			p.addElems = append(p.addElems, de.el)
 		case !inD && inA:
 			if s, ok := a.sets[ae.el.Set]; ok && s.Dynamic {
 				return // the packet path owns the elements of dynamic sets
 			}
-			p.delElems = append(p.delElems, *ae.el)
+			p.delElems = append(p.delElems, ae.el)
 		}
 	})
-	d.eachInSets(added, func(_ string, e *elemEntry) { p.addElems = append(p.addElems, *e.el) })
+	d.eachInSets(added, func(_ string, e *elemEntry) { p.addElems = append(p.addElems, e.el) })
 	p.added = added
 	p.addElems = orderElements(p.addElems, d)
 	p.delElems = orderElements(p.delElems, a)
@@ -198,7 +198,7 @@ func (p *plan) emit(tx *nft.Transaction) {
 		tx.Flush(&nft.Chain{Name: n})
 	}
 	for i := range p.delElems {
-		tx.Delete(&p.delElems[i])
+		tx.Delete(p.delElems[i])
 	}
 	for _, n := range p.delSets {
 		tx.Delete(&nft.Set{Name: n})
@@ -214,7 +214,7 @@ func (p *plan) emit(tx *nft.Transaction) {
 		tx.Add(&p.addRules[i])
 	}
 	for i := range p.addElems {
-		tx.Add(&p.addElems[i])
+		tx.Add(p.addElems[i])
 	}
 	for _, n := range p.delChains {
 		tx.Delete(&nft.Chain{Name: n})
@@ -322,29 +322,20 @@ func sortedRefs(ix *index, set string) []string { return sorted(ix.refs[set]) }
 // the kernel lists interval-set elements in the order they were added, and a full sync must list
 // exactly as `nftproxy render` loaded with nft -f does. Hash sets list in the kernel's own order,
 // so their elements keep the order they came in (sorting a full sync's elements cost more than
-// the rest of the plan). Sorting moves indexes, not elements.
-func orderElements(els []nft.Element, ix *index) []nft.Element {
-	if len(els) < 2 {
-		return els
+// the rest of the plan). It sorts pointers: the elements are the indexes' own.
+func orderElements(els []*nft.Element, ix *index) []*nft.Element {
+	interval := make(map[string]bool, len(ix.sets))
+	for n, s := range ix.sets {
+		interval[n] = s.Interval
 	}
-	idx := make([]int32, len(els))
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	interval := func(set string) bool { s, ok := ix.sets[set]; return ok && s.Interval }
-	slices.SortStableFunc(idx, func(i, j int32) int {
-		a, b := &els[i], &els[j]
+	slices.SortStableFunc(els, func(a, b *nft.Element) int {
 		if c := strings.Compare(a.Set, b.Set); c != 0 {
 			return c
 		}
-		if interval(a.Set) {
+		if interval[a.Set] {
 			return nft.CompareElements(*a, *b)
 		}
 		return 0
 	})
-	out := make([]nft.Element, len(els))
-	for i, k := range idx {
-		out[i] = els[k]
-	}
-	return out
+	return els
 }
