@@ -62,7 +62,6 @@ func (tr *Tracer) once(p Packet, st *state) Outcome {
 		if h == "route" {
 			if tr.isLocal(st.p.Daddr) {
 				h = nft.HookInput
-				hooks = hooks[:2] // delivered here: no postrouting
 			} else {
 				h = nft.HookForward
 			}
@@ -77,7 +76,7 @@ func (tr *Tracer) once(p Packet, st *state) Outcome {
 			}
 		}
 		if h == nft.HookInput {
-			break
+			break // delivered here: no postrouting
 		}
 	}
 	sort.Strings(st.dnat)

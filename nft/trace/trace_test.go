@@ -124,7 +124,7 @@ func TestInputSkipsForwardAndPostrouting(t *testing.T) {
 	rs := miniRuleset(1, pod1)
 	rs.Chains = append(rs.Chains, nft.Chain{Name: "filter-input", Base: &nft.BaseChain{Type: nft.ChainTypeFilter, Hook: nft.HookInput, Priority: 0, Policy: nft.PolicyDrop}})
 	rs.Rules = append(rs.Rules, rule("filter-input", nft.Cmp{Field: nft.FieldDport, Value: nft.Port(22)}, to(nft.VerdictAccept, "")),
-		rule("filter-forward", to(nft.VerdictDrop, "")))
+		rule("filter-forward", to(nft.VerdictDrop, "")), rule("nat-postrouting", nft.Masquerade{}))
 	tr := New(rs, node)
 	for _, c := range []struct {
 		p    Packet
