@@ -124,6 +124,7 @@ type Error struct {
 	Reason string
 }
 
+// Error says which packet and what went wrong, for a test failure or a tool's answer.
 func (e *Error) Error() string {
 	return fmt.Sprintf("trace %s %s -> %s:%d: %s", protoName(e.Packet.Proto), e.Packet.Saddr, e.Packet.Daddr, e.Packet.Dport, e.Reason)
 }
