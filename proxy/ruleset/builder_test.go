@@ -104,7 +104,7 @@ func TestTrace(t *testing.T) {
 	}{
 		{"ClusterIP from a pod: spread over ready endpoints, not masqueraded", tcp(pod3, webIP, 80), outcome{"accept", webEPs, false}},
 		{"ClusterIP from outside the cluster CIDR: masqueraded", tcp(client, webIP, 80), outcome{"accept", webEPs, true}},
-		{"ClusterIP from the node itself", func() packet { p := tcp(nodeIP, webIP, 80); p.local = true; return p }(), outcome{"accept", webEPs, true}},
+		{"ClusterIP from the node itself", local(tcp(nodeIP, webIP, 80)), outcome{"accept", webEPs, true}},
 		{"undefined port of a ClusterIP: TCP reset", tcp(client, webIP, 81), outcome{"reject-tcp-reset", nil, false}},
 		{"undefined UDP port of a ClusterIP: ICMP", udp(client, webIP, 80), outcome{"reject-icmp", nil, false}},
 		{"LoadBalancer IP: masqueraded", tcp(client, lbIP, 80), outcome{"accept", webEPs, true}},
@@ -126,9 +126,9 @@ func TestTrace(t *testing.T) {
 		{"no endpoints: ICMP", udp(client, "198.19.0.13", 53), outcome{"reject-icmp", nil, false}},
 		{"no endpoints TCP: reset", tcp(pod1, "198.19.0.13", 53), outcome{"reject-tcp-reset", nil, false}},
 		{"no endpoints node port: rejected at input", udp(client, nodeIP, 30053), outcome{"reject-icmp", nil, false}},
-		{"no endpoints, from the node itself", func() packet { p := udp(nodeIP, "198.19.0.13", 53); p.local = true; return p }(), outcome{"reject-icmp", nil, false}},
+		{"no endpoints, from the node itself", local(udp(nodeIP, "198.19.0.13", 53)), outcome{"reject-icmp", nil, false}},
 		{"unallocated Service address: dropped", tcp(client, "198.19.0.99", 80), outcome{"drop", nil, false}},
-		{"unallocated, from the node: dropped", func() packet { p := tcp(nodeIP, "198.19.0.99", 80); p.local = true; return p }(), outcome{"drop", nil, false}},
+		{"unallocated, from the node: dropped", local(tcp(nodeIP, "198.19.0.99", 80)), outcome{"drop", nil, false}},
 		{"address outside the service CIDR: untouched", tcp(client, "198.18.128.50", 80), outcome{"accept", nil, false}},
 	}
 	for _, c := range cases {

@@ -49,7 +49,7 @@ func webPort(mut func(*model.ServicePort)) *model.Service {
 	return &model.Service{Key: sp.Name.Service, Ports: []model.ServicePort{sp}}
 }
 
-func local(p packet) packet { p.local = true; return p }
+func local(p packet) packet { p.Local = true; return p }
 
 type traceCase struct {
 	name string
@@ -144,29 +144,6 @@ func TestInternalTrafficPolicyLocal(t *testing.T) {
 		{"both Local: pod to LB IP short-circuits", tcp(pod3, lbIP, 80), outcome{"accept", ep12, false}},
 		{"both Local: outside to node port", tcp(client, nodeIP, 30080), outcome{"accept", ep1, false}},
 	})
-}
-
-// spread is how often each destination is picked for new clients of p, over every numgen branch.
-func (tr *tracer) spread(p packet) map[string]float64 {
-	out := map[string]float64{}
-	var walk func(forced []uint32, weight float64)
-	walk = func(forced []uint32, weight float64) {
-		st := &pktState{forced: forced, dyn: tr.cloneDyn()}
-		o := tr.once(p, st)
-		if len(st.moduli) == len(forced) {
-			if len(o.dnat) != 1 {
-				tr.t.Fatalf("trace %+v: a full branch gave %v", p, o.dnat)
-			}
-			out[o.dnat[0]] += weight
-			return
-		}
-		m := st.moduli[len(forced)]
-		for v := uint32(0); v < m; v++ {
-			walk(append(append([]uint32(nil), forced...), v), weight/float64(m))
-		}
-	}
-	walk(nil, 1)
-	return out
 }
 
 func TestSessionAffinity(t *testing.T) {
