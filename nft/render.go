@@ -113,25 +113,8 @@ func renderSet(b *strings.Builder, f Family, s *Set, els []Element) {
 		kind = "map"
 	}
 	fmt.Fprintf(b, "\t%s %s {\n", kind, renderName(s.Name))
-	fmt.Fprintf(b, "\t\t%s\n", renderSetType(f, s))
-	var flags []string
-	if s.Dynamic {
-		flags = append(flags, "dynamic")
-	}
-	if s.Interval {
-		flags = append(flags, "interval")
-	}
-	if s.HasTimeout || s.Timeout > 0 {
-		flags = append(flags, "timeout")
-	}
-	if len(flags) > 0 {
-		fmt.Fprintf(b, "\t\tflags %s\n", strings.Join(flags, ","))
-	}
-	if s.Timeout > 0 {
-		fmt.Fprintf(b, "\t\ttimeout %s\n", renderDuration(s.Timeout))
-	}
-	if s.Comment != "" {
-		fmt.Fprintf(b, "\t\tcomment %s\n", renderString(s.Comment))
+	for _, d := range renderSetDecl(f, s) {
+		fmt.Fprintf(b, "\t\t%s\n", d)
 	}
 	if len(els) > 0 {
 		b.WriteString("\t\telements = {\n")
@@ -145,6 +128,33 @@ func renderSet(b *strings.Builder, f Family, s *Set, els []Element) {
 		b.WriteString("\t\t}\n")
 	}
 	b.WriteString("\t}\n")
+}
+
+// renderSetDecl lists a set's declaration statements (type, flags, default timeout, comment),
+// written one per line inside a table block (Render) or joined with "; " after `add set`
+// (RenderTransaction).
+func renderSetDecl(f Family, s *Set) []string {
+	out := []string{renderSetType(f, s)}
+	var flags []string
+	if s.Dynamic {
+		flags = append(flags, "dynamic")
+	}
+	if s.Interval {
+		flags = append(flags, "interval")
+	}
+	if s.HasTimeout || s.Timeout > 0 {
+		flags = append(flags, "timeout")
+	}
+	if len(flags) > 0 {
+		out = append(out, "flags "+strings.Join(flags, ","))
+	}
+	if s.Timeout > 0 {
+		out = append(out, "timeout "+renderDuration(s.Timeout))
+	}
+	if s.Comment != "" {
+		out = append(out, "comment "+renderString(s.Comment))
+	}
+	return out
 }
 
 // renderSetType writes "type a . b : c", or the typeof form nft needs when a field is a bare
@@ -290,14 +300,19 @@ func renderDuration(d time.Duration) string {
 func renderChain(b *strings.Builder, f Family, c Chain, rules []Rule) {
 	fmt.Fprintf(b, "\tchain %s {\n", renderName(c.Name))
 	if c.Base != nil {
-		pol := c.Base.Policy
-		if pol == "" {
-			pol = PolicyAccept
-		}
-		fmt.Fprintf(b, "\t\ttype %s hook %s priority %d; policy %s;\n", c.Base.Type, c.Base.Hook, c.Base.Priority, pol)
+		fmt.Fprintf(b, "\t\t%s\n", renderBaseChain(c.Base))
 	}
 	for _, r := range rules {
 		b.WriteString("\t\t" + RenderRule(f, r) + "\n")
 	}
 	b.WriteString("\t}\n")
+}
+
+// renderBaseChain writes the statement that attaches a base chain to its hook.
+func renderBaseChain(bc *BaseChain) string {
+	pol := bc.Policy
+	if pol == "" {
+		pol = PolicyAccept
+	}
+	return fmt.Sprintf("type %s hook %s priority %d; policy %s;", bc.Type, bc.Hook, bc.Priority, pol)
 }

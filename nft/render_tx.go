@@ -1,0 +1,120 @@
+package nft
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// RenderTransaction writes tx as an `nft -f` script: one command per op, in the op order Apply
+// sends, each naming its own table (`add element ip nftproxy endpoints { 198.19.0.10 . tcp . 80
+// . 0 : 198.18.128.11 . 8080 }`). It lets a reader see exactly what a sync sent, lets a test
+// compare the ops of a sync with a golden text, and `nft -f` of it makes the same change as
+// Apply (proven in proxy/reconciler's kernel tests). Values, expressions, set types and names
+// are written by the same code as Render, so what nft cannot read fails loudly here too.
+//
+// A delete names only what the kernel looks up: an element by its key (and interval end), a
+// rule by its handle, a chain, set or table by its name. A Flush or Delete of a map carrying
+// only the map's name is written `set` unless the map was added earlier in tx: nft refuses
+// `flush set` on a map, so callers flushing a map pass its Data.
+func RenderTransaction(tx *Transaction) string {
+	if tx == nil {
+		return ""
+	}
+	maps := map[Table]map[string]bool{}
+	var b strings.Builder
+	for _, op := range tx.Ops {
+		if s, ok := op.Object.(*Set); ok && op.Verb == VerbAdd && s.IsMap() {
+			if maps[op.Table] == nil {
+				maps[op.Table] = map[string]bool{}
+			}
+			maps[op.Table][s.Name] = true
+		}
+		b.WriteString(renderOp(op, maps[op.Table]))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// String returns tx as an nft script (RenderTransaction).
+func (tx *Transaction) String() string { return RenderTransaction(tx) }
+
+func renderOp(op Op, maps map[string]bool) string {
+	t := op.Table.Family.String() + " " + renderName(op.Table.Name)
+	verb := op.Verb.String()
+	if op.Verb != VerbAdd && op.Verb != VerbDelete && op.Verb != VerbFlush {
+		return renderLoud("bad-verb", verb)
+	}
+	switch o := op.Object.(type) {
+	case *TableObj:
+		return verb + " table " + t
+	case *Chain:
+		out := verb + " chain " + t + " " + renderName(o.Name)
+		if op.Verb == VerbAdd && o.Base != nil {
+			out += " { " + renderBaseChain(o.Base) + " }"
+		}
+		return out
+	case *Set:
+		kind := "set"
+		if o.IsMap() || maps[o.Name] {
+			kind = "map"
+		}
+		out := verb + " " + kind + " " + t + " " + renderName(o.Name)
+		if op.Verb == VerbAdd {
+			out += " { " + strings.Join(renderSetDecl(op.Table.Family, o), "; ") + "; }"
+		}
+		return out
+	case *Element:
+		if op.Verb == VerbFlush {
+			return renderLoud("bad-op", "flush of an element")
+		}
+		el := renderKey(o.Key, o.KeyEnd)
+		if op.Verb == VerbAdd {
+			el = renderElement(*o)
+		}
+		return verb + " element " + t + " " + renderName(o.Set) + " { " + el + " }"
+	case *Rule:
+		switch op.Verb {
+		case VerbAdd:
+			return "add rule " + t + " " + renderName(o.Chain) + " " + RenderRule(op.Table.Family, *o)
+		case VerbDelete:
+			if o.Handle == 0 {
+				return renderLoud("bad-op", "delete of a rule without a handle")
+			}
+			return fmt.Sprintf("delete rule %s %s handle %d", t, renderName(o.Chain), o.Handle)
+		}
+		return renderLoud("bad-op", "flush of a rule")
+	}
+	return renderLoud("bad-object", fmt.Sprintf("%T", op.Object))
+}
+
+// SortElementRuns returns a copy of tx in which each run of consecutive element ops with the
+// same verb, table and set is sorted by CompareElements; every other op keeps its place. The
+// reconciler sends a hash set's elements in map-iteration order (sorting a full sync's elements
+// cost more than the rest of its plan) and the kernel does not care about that order, so a test
+// comparing a sync's ops with a golden text sorts them first. The order of the runs themselves
+// (deletes before adds, rules before elements) is kept: that order matters.
+func SortElementRuns(tx *Transaction) *Transaction {
+	if tx == nil {
+		return nil
+	}
+	out := &Transaction{Table: tx.Table, Ops: slices.Clone(tx.Ops)}
+	elem := func(op Op) *Element { e, _ := op.Object.(*Element); return e }
+	for i := 0; i < len(out.Ops); {
+		e := elem(out.Ops[i])
+		j := i + 1
+		for e != nil && j < len(out.Ops) {
+			f := elem(out.Ops[j])
+			if f == nil || f.Set != e.Set || out.Ops[j].Verb != out.Ops[i].Verb || out.Ops[j].Table != out.Ops[i].Table {
+				break
+			}
+			j++
+		}
+		slices.SortStableFunc(out.Ops[i:j], func(a, b Op) int {
+			return cmp.Or(CompareElements(*elem(a), *elem(b)), strings.Compare(renderElement(*elem(a)), renderElement(*elem(b))))
+		})
+		i = j
+	}
+	return out
+}
