@@ -99,49 +99,8 @@ var confNumgenWant4b = strings.NewReplacer(
 	"\t\tdnat to ip daddr . meta l4proto . th dport . numgen random mod 1 map @addr-endpoints comment \"sctp\"\n", "",
 ).Replace(confNumgenWant4)
 
-const confNumgenWant6 = `table ip6 nftproxy {
-	map addr-endpoints {
-		typeof ip6 daddr . meta l4proto . th dport . numgen random mod 3 : ip6 daddr
-		comment "keeps the port"
-		elements = {
-			fd00::2 . sctp . 9 . 0 : fd00::1:1
-		}
-	}
-
-	map endpoints {
-		typeof ip6 daddr . meta l4proto . th dport . numgen random mod 1 : ip6 daddr . th dport
-		elements = {
-			fd00::1 . tcp . 80 . 0 : fd00::1:1 . 8080,
-			fd00::1 . tcp . 80 . 1 : fd00::1:2 . 8080,
-			fd00::2 . udp . 53 . 0 comment "ns/dns:dns" : fd00::1:2 . 5353
-		}
-	}
-
-	map nodeport-endpoints {
-		typeof meta l4proto . th dport . numgen random mod 1 : ip6 daddr . th dport
-		elements = {
-			tcp . 30080 . 0 : fd00::1:1 . 8080,
-			tcp . 30080 . 1 : fd00::1:2 . 8080
-		}
-	}
-
-	chain nat-prerouting {
-		type nat hook prerouting priority -100; policy accept;
-		jump pick-2
-		jump pick-nodeport-2
-		jump pick-addr-1
-	}
-
-	chain pick-2 {
-		dnat ip6 to ip6 daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints
-	}
-
-	chain pick-addr-1 {
-		dnat to ip6 daddr . meta l4proto . th dport . numgen random mod 1 map @addr-endpoints comment "sctp"
-	}
-
-	chain pick-nodeport-2 {
-		dnat ip6 to meta l4proto . th dport . numgen random mod 2 map @nodeport-endpoints
-	}
-}
-`
+// confNumgenWant6 is confNumgenWant4 in the ip6 table, with the addresses maps() gets there.
+var confNumgenWant6 = strings.NewReplacer(
+	"table ip ", "table ip6 ", "ip daddr", "ip6 daddr", "dnat ip to", "dnat ip6 to",
+	"198.18.0.1", "fd00::1", "198.18.0.2", "fd00::2", "198.19.0.1", "fd00::1:1", "198.19.0.2", "fd00::1:2",
+).Replace(confNumgenWant4)
