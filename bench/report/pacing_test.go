@@ -3,16 +3,11 @@ package report
 import (
 	"context"
 	"flag"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/nftproxy/nftproxy/bench/peers"
 	"github.com/nftproxy/nftproxy/bench/probe"
-	"github.com/nftproxy/nftproxy/test/cluster"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
@@ -32,24 +27,10 @@ func TestPacing(t *testing.T) {
 	if skipCluster() {
 		t.Skip("cluster tier skipped")
 	}
-	c := cluster.Start(t, cluster.Options{SingleStack: true, NodePortRange: "30000-60000",
-		APIServerArgs: []string{"--service-cluster-ip-range=198.19.0.0/16", "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"}})
-	bin := filepath.Join(t.TempDir(), "nftproxy")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
-		t.Fatalf("build nftproxy: %v\n%s", err, out)
-	}
+	c, bin := peerCluster(t)
 	cfg := peers.Config{Sizes: ints(t, *pacingSizes), Trials: 7, Connects: 200, Limit: 10 * time.Minute, Seed: 1,
 		Peers: []peers.Peer{{Kind: peers.NFTProxy, Binary: bin}, {Kind: peers.NFTProxy, Binary: bin, Args: []string{"--min-sync-period", "1s"}}}}
-	rc := c.Config()
-	rc.QPS, rc.Burst = 2000, 4000
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := peers.Env{Client: cs, Log: logWriter{t}, Kubeconfig: func(topo *probe.Topology) (string, error) {
-		return c.KubeconfigFor(t, topo.Node, c.Admin()), nil
-	}}
-	res, err := peers.Run(context.Background(), env, cfg)
+	res, err := peers.Run(context.Background(), peerEnv(t, c), cfg)
 	for i, r := range res {
 		pacing := "auto"
 		if i%2 == 1 {

@@ -141,13 +141,33 @@ func skipCluster() bool {
 	return testing.Short() || os.Getenv("NFTPROXY_SKIP_CLUSTER") != "" || os.Getenv("NFTPROXY_UNIT_ONLY") != ""
 }
 
-func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Result, error) {
-	c := cluster.Start(t, cluster.Options{SingleStack: true, NodePortRange: "30000-60000",
+// peerCluster starts the API server the peers watch and builds the nftproxy binary they run.
+func peerCluster(t *testing.T) (c *cluster.Cluster, nftproxy string) {
+	c = cluster.Start(t, cluster.Options{SingleStack: true, NodePortRange: "30000-60000",
 		APIServerArgs: []string{"--service-cluster-ip-range=198.19.0.0/16", "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"}})
 	bin := filepath.Join(t.TempDir(), "nftproxy")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
 		t.Fatalf("build nftproxy: %v\n%s", err, out)
 	}
+	return c, bin
+}
+
+// peerEnv is what the peers need of c: a client allowed to populate thousands of Services
+// quickly, and each peer's kubeconfig.
+func peerEnv(t *testing.T, c *cluster.Cluster) peers.Env {
+	rc := c.Config()
+	rc.QPS, rc.Burst = 2000, 4000
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return peers.Env{Client: cs, Log: logWriter{t}, Kubeconfig: func(topo *probe.Topology) (string, error) {
+		return c.KubeconfigFor(t, topo.Node, c.Admin()), nil
+	}}
+}
+
+func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Result, error) {
+	c, bin := peerCluster(t)
 	kp := c.Binaries.KubeProxy
 	if *kubeProxy != "" {
 		kp = *kubeProxy
@@ -168,16 +188,7 @@ func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Resu
 	} else if want["iptables"] {
 		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyIPTables, Binary: kp, Args: kpArgs})
 	}
-	rc := c.Config()
-	rc.QPS, rc.Burst = 2000, 4000
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := peers.Env{Client: cs, Log: logWriter{t}, Kubeconfig: func(topo *probe.Topology) (string, error) {
-		return c.KubeconfigFor(t, topo.Node, c.Admin()), nil
-	}}
-	return peers.Run(ctx, env, cfg)
+	return peers.Run(ctx, peerEnv(t, c), cfg)
 }
 
 type logWriter struct{ t *testing.T }
