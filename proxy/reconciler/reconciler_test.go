@@ -396,6 +396,10 @@ func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 		if !ok || owner != bad.Key.String() {
 			t.Fatalf("RefusedOwner(%v) = %q, %v; want %q", err, owner, ok, bad.Key)
 		}
+		// The kernel layer says which transaction failed; the reconciler does not say it again.
+		if n := strings.Count(err.Error(), "apply transaction ("); n != 1 {
+			t.Errorf("the error says %d times which transaction failed, want once: %v", n, err)
+		}
 		after, _ := raw.Dump(context.Background(), tbl)
 		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
 			t.Fatalf("a refused commit changed the kernel:\n%s", d)
