@@ -130,11 +130,22 @@ func (w *fakeTx) table(t Table) *fakeTable {
 	return ft
 }
 
-// Apply commits tx atomically. A failure is an *OpError naming the refused operation.
+// Apply commits tx atomically. A failure is an *OpError naming the refused operation, wrapped
+// as the Kernel wraps it ("apply transaction (N ops): ...").
 func (f *Fake) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
+	st, err := f.apply(ctx, tx)
+	if err != nil && tx != nil {
+		err = fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+	} else if err != nil {
+		err = fmt.Errorf("apply transaction: %w", err)
+	}
+	return st, err
+}
+
+func (f *Fake) apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
-		return Stats{}, fmt.Errorf("apply transaction: %w", err)
+		return Stats{}, err
 	}
 	if tx == nil || len(tx.Ops) == 0 {
 		return Stats{}, nil

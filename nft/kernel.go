@@ -68,7 +68,7 @@ func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	for i, op := range tx.Ops {
 		t := kernelOpTable(tx, op)
 		if t.Name == "" || (t.Family != IPv4 && t.Family != IPv6) {
-			return st, fmt.Errorf("apply: op %d on table %q: needs a table name and family IPv4 or IPv6", i, t)
+			return st, fmt.Errorf("apply transaction (%d ops): op %d on table %q: needs a table name and family IPv4 or IPv6", len(tx.Ops), i, t)
 		}
 	}
 	if len(tx.Ops) == 0 {

@@ -92,7 +92,8 @@ type Stats struct {
 // Interface is the kernel as nftproxy sees it. Implementations: Kernel (netlink) and Fake (memory).
 // Neither is safe for concurrent use: one reconciler goroutine owns one Interface.
 type Interface interface {
-	// Apply commits tx atomically: on error the kernel holds exactly what it held before.
+	// Apply commits tx atomically: on error the kernel holds exactly what it held before. The
+	// error begins "apply transaction (N ops)", so callers need not say it again.
 	Apply(ctx context.Context, tx *Transaction) (Stats, error)
 	// Dump reads back everything table t holds. A missing table is an error for which
 	// IsNotFound is true.

@@ -2,14 +2,14 @@ package manifest
 
 import (
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-)
 
-// defaultAffinitySeconds is the API server's ClientIP affinity timeout default (3 hours).
-const defaultAffinitySeconds = 10800
+	"github.com/nftproxy/nftproxy/proxy/model"
+)
 
 // defaultService fills in what the API server would have set, so a hand-written manifest means
 // the same as the object a cluster would hand to nftproxy. Allocations (cluster IPs, node ports)
@@ -57,7 +57,7 @@ func defaultService(s *corev1.Service) {
 			spec.SessionAffinityConfig.ClientIP = &corev1.ClientIPConfig{}
 		}
 		if spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil {
-			t := int32(defaultAffinitySeconds)
+			t := int32(model.DefaultAffinityTimeout / time.Second)
 			spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = &t
 		}
 	}

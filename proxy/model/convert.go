@@ -12,8 +12,9 @@ import (
 )
 
 // DefaultAffinityTimeout is the ClientIP session affinity timeout the API server applies when
-// a Service asks for affinity without a timeout (3 hours).
-const DefaultAffinityTimeout = 10800 * time.Second
+// a Service asks for affinity without a timeout (3 hours). The one definition in nftproxy: the
+// conversion falls back to it and manifest mode defaults a Service with it, as the API server does.
+const DefaultAffinityTimeout = time.Duration(corev1.DefaultClientIPServiceAffinitySeconds) * time.Second
 
 // AllPortsName is PortName.Port of the one ServicePort an all-ports Service gets per protocol.
 // The Service's own port names do not apply: the entry covers all of them and every other port.

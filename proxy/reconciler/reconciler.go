@@ -264,7 +264,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 		st, err := r.kernel.Apply(ctx, tx)
 		res.Stats = st
 		if err != nil {
-			err = fmt.Errorf("apply transaction (%d ops): %w", tx.Len(), err)
+			// The kernel layer's error already says "apply transaction (N ops)".
 			var oe *nft.OpError
 			if !errors.As(err, &oe) || oe.Index < 0 || oe.Index >= tx.Len() {
 				r.Invalidate() // the kernel's state is unknown: read it back next time

@@ -290,39 +290,51 @@ func TestFullResyncRepairsDrift(t *testing.T) {
 	})
 }
 
-// failing wraps a kernel and fails the next Apply calls with err.
-type failing struct {
+// losing passes each batch to the kernel and, when the kernel refuses one, loses the reply that
+// named the refused op, as an overflowed receive buffer does (ENOBUFS): the caller learns that
+// the batch failed, not which op.
+type losing struct {
 	nft.Interface
-	fails int
-	err   error
 }
 
-func (f *failing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
-	if f.fails > 0 {
-		f.fails--
-		return nft.Stats{}, f.err
+func (k *losing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	st, err := k.Interface.Apply(ctx, tx)
+	if err != nil {
+		err = fmt.Errorf("apply transaction (%d ops): read kernel replies: %w", tx.Len(),
+			&nft.OpError{Index: -1, Err: syscall.ENOBUFS, Detail: "the reply naming the refused op was lost (" + err.Error() + ")"})
 	}
-	return f.Interface.Apply(ctx, tx)
+	return st, err
 }
 
-// TestUnknownFailureRetriesFull: a failure that does not say which op was refused (the batch
-// as a whole, a socket error) leaves the kernel's state unknown, so the next Commit reads it back.
+// TestUnknownFailureRetriesFull: the kernel refuses an op part-way through a batch and the reply
+// that named it is lost (a failure of unknown extent, as a socket error is). The kernel keeps
+// what it held, the error is traced to no owner, and the next Commit reads the kernel back (a
+// full one) rather than trust what it believes.
 func TestUnknownFailureRetriesFull(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
-		k := &failing{Interface: open()}
+		bad := svc(3, 2) // with affinity: it owns its chains
+		bad.Ports[0].AffinityTimeout = time.Hour
+		raw := open()
+		k := &losing{Interface: refuseChains(raw, ruleset.ServiceChain(bad.Ports[0].Name), ruleset.ExternalChain(bad.Ports[0].Name))}
 		h := newHarness(t, k)
 		h.put(svc(1, 1))
 		h.commit(false)
+		tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+		before, _ := raw.Dump(context.Background(), tbl)
 
-		k.fails, k.err = 1, &nft.OpError{Index: -1, Err: syscall.ENOBUFS}
-		h.put(svc(2, 2))
+		h.put(svc(2, 2), bad)
 		_, err := h.rec.Commit(context.Background(), false)
 		if err == nil || !errors.Is(err, syscall.ENOBUFS) {
-			t.Fatalf("commit error = %v, want the kernel's ENOBUFS wrapped", err)
+			t.Fatalf("commit error = %v, want the lost reply's ENOBUFS wrapped", err)
 		}
 		if _, ok := RefusedOwner(err); ok {
 			t.Errorf("an error naming no op was traced to an owner: %v", err)
 		}
+		after, _ := raw.Dump(context.Background(), tbl)
+		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+			t.Fatalf("a refused commit changed the kernel:\n%s", d)
+		}
+		h.remove(bad.Key)
 		res := h.commit(false)
 		if !res.Full {
 			t.Error("the commit after a failure of unknown extent was not a full one")
@@ -395,6 +407,10 @@ func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 		owner, ok := RefusedOwner(err)
 		if !ok || owner != bad.Key.String() {
 			t.Fatalf("RefusedOwner(%v) = %q, %v; want %q", err, owner, ok, bad.Key)
+		}
+		// The kernel layer says which transaction failed; the reconciler does not say it again.
+		if n := strings.Count(err.Error(), "apply transaction ("); n != 1 {
+			t.Errorf("the error says %d times which transaction failed, want once: %v", n, err)
 		}
 		after, _ := raw.Dump(context.Background(), tbl)
 		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {

@@ -74,10 +74,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // usageError is a mistake in the command line (exit code 2).
 type usageError struct{ error }
 
-func parseFlags(name string, o *Options, daemon bool, args []string, stderr io.Writer) error {
+func parseFlags(name string, o *Options, scope flagScope, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("nftproxy "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o.register(fs, daemon)
+	o.register(fs, scope)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of nftproxy %s:\n", name)
 		fs.PrintDefaults()
@@ -100,7 +100,7 @@ func newLogger(v int, w io.Writer) logr.Logger {
 
 func cleanupCmd(args []string, stderr io.Writer) error {
 	var o Options
-	if err := parseFlags("cleanup", &o, false, args, stderr); err != nil {
+	if err := parseFlags("cleanup", &o, cleanupFlags, args, stderr); err != nil {
 		return err
 	}
 	log := newLogger(o.Verbosity, stderr)

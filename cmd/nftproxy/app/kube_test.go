@@ -56,7 +56,7 @@ func TestNewSourcePicksMode(t *testing.T) {
 			t.Setenv("KUBERNETES_SERVICE_HOST", host)
 			t.Setenv("KUBERNETES_SERVICE_PORT", port)
 			var o Options
-			if err := parseFlags("run", &o, true, tc.args, io.Discard); err != nil {
+			if err := parseFlags("run", &o, runFlags, tc.args, io.Discard); err != nil {
 				t.Fatalf("flags %q: %v", tc.args, err)
 			}
 			src, err := newSource(&o, logr.Discard(), nil, nil)
@@ -76,7 +76,7 @@ func TestNewSourcePicksMode(t *testing.T) {
 
 func TestHostnameOverrideIsNodeName(t *testing.T) {
 	var o Options
-	if err := parseFlags("run", &o, true, []string{"--hostname-override", "node-7", "--kubeconfig", "/k"}, os.Stderr); err != nil {
+	if err := parseFlags("run", &o, runFlags, []string{"--hostname-override", "node-7", "--kubeconfig", "/k"}, os.Stderr); err != nil {
 		t.Fatal(err)
 	}
 	if o.NodeName != "node-7" || o.Kubeconfig != "/k" {

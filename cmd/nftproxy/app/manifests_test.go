@@ -112,7 +112,7 @@ func TestManifestSourceFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	var o Options
-	if err := parseFlags("run", &o, true, []string{"--manifests", dir, "--node-name", "node-a"}, io.Discard); err != nil {
+	if err := parseFlags("run", &o, runFlags, []string{"--manifests", dir, "--node-name", "node-a"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	src, err := newSource(&o, logr.Discard(), nil, sm)

@@ -105,12 +105,26 @@ func (p *prefixList) Set(v string) error {
 	return nil
 }
 
-func (o *Options) register(fs *flag.FlagSet, daemon bool) {
+// flagScope says which command's flags to register: each command offers only the flags it
+// reads, so its -h lists no flag it would ignore.
+type flagScope int
+
+const (
+	cleanupFlags flagScope = iota // --table and -v: which tables to delete, and the log
+	renderFlags                   // the ruleset's inputs and settings as well
+	runFlags                      // the daemon's (sources, syncs, servers) as well
+)
+
+func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
+	fs.StringVar(&o.Table, "table", ruleset.DefaultTable, "name of nftproxy's table in each family")
+	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: changes and problems; 2: every sync; 4: debugging)")
+	if scope < renderFlags {
+		return
+	}
 	fs.StringVar(&o.Manifests, "manifests", "", "directory of Service, EndpointSlice and Node manifests (YAML or JSON, multi-document) to serve; watched for changes")
 	fs.StringVar(&o.NodeName, "node-name", "", "name of this node: its Node object gives the node-port addresses and the zone, and selects local endpoints")
 	fs.StringVar(&o.NodeName, "hostname-override", "", "same as --node-name (kube-proxy's name); required in Kubernetes mode, where the DaemonSet passes spec.nodeName")
 	fs.StringVar(&o.ProxyName, "service-proxy-name", "", "handle only Services labelled service.kubernetes.io/service-proxy-name=<this>; empty: only Services without that label")
-	fs.StringVar(&o.Table, "table", ruleset.DefaultTable, "name of nftproxy's table in each family")
 	fs.StringVar(&o.Families, "ip-families", "ipv4,ipv6", "IP families to program: ipv4, ipv6 or both")
 	fs.Var(&o.ClusterCIDRs, "cluster-cidr", "pod CIDRs (comma-separated); traffic to a ClusterIP from outside them is masqueraded")
 	fs.Var(&o.ServiceCIDRs, "service-cidr", "Service CIDRs (comma-separated); traffic to addresses in them that no Service owns is dropped")
@@ -118,12 +132,11 @@ func (o *Options) register(fs *flag.FlagSet, daemon bool) {
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")
 	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
-	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: changes and problems; 2: every sync; 4: debugging)")
 	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
 	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange, "node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range: manifest mode assigns them from it, and in both modes a block outside it is rejected on this node (give the allocator the same value); empty disables blocks")
 	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
 	fs.StringVar(&o.ReservedPorts, "reserved-ports", model.DefaultReservedPorts, "ports and ranges of the node (comma-separated, every protocol) that no Service may capture or reject on a node address: not with a LoadBalancer or external IP that is a node address, a node port, a health-check node port or a node-port block; the ports of --healthz-bind-address and --metrics-bind-address are added. Default: SSH, etcd, the API server, the kubelet and the control-plane components")
-	if !daemon {
+	if scope < runFlags {
 		return
 	}
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to watch (Kubernetes mode); in a pod without it, the in-cluster ServiceAccount is used unless --manifests is given")

@@ -1,8 +1,11 @@
 package app
 
 import (
+	"bytes"
 	"flag"
 	"io"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,7 +31,7 @@ func TestMinSyncPeriodFlag(t *testing.T) {
 		var o Options
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		o.register(fs, true)
+		o.register(fs, runFlags)
 		err := fs.Parse(tc.args)
 		if (err != nil) != tc.err {
 			t.Errorf("%v: error %v, want error %v", tc.args, err, tc.err)
@@ -44,5 +47,27 @@ func TestMinSyncPeriodFlag(t *testing.T) {
 		if got := rc.MinSyncPeriod; got != tc.period {
 			t.Errorf("%v: period %v, want %v", tc.args, got, tc.period)
 		}
+	}
+}
+
+// TestCleanupFlags: cleanup offers only the flags it reads (--table, -v); a flag of run or render
+// is a usage error, not silently ignored.
+func TestCleanupFlags(t *testing.T) {
+	var help bytes.Buffer
+	if code := Main([]string{"nftproxy", "cleanup", "-h"}, io.Discard, &help); code != 0 {
+		t.Fatalf("cleanup -h exit %d: %s", code, help.String())
+	}
+	var got []string
+	for _, line := range strings.Split(help.String(), "\n") {
+		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "-"); ok {
+			got = append(got, strings.Fields(f)[0])
+		}
+	}
+	if want := []string{"table", "v"}; !slices.Equal(got, want) {
+		t.Errorf("cleanup -h lists %q, want %q:\n%s", got, want, help.String())
+	}
+	var stderr bytes.Buffer
+	if code := Main([]string{"nftproxy", "cleanup", "--manifests", "x"}, io.Discard, &stderr); code != 2 {
+		t.Errorf("cleanup --manifests x: exit %d, want 2 (a flag cleanup does not read): %s", code, stderr.String())
 	}
 }

@@ -37,7 +37,7 @@ import (
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	var o Options
-	if err := parseFlags("run", &o, true, args, stderr); err != nil {
+	if err := parseFlags("run", &o, runFlags, args, stderr); err != nil {
 		return err
 	}
 	builders, err := o.builders()
@@ -365,7 +365,7 @@ func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Regist
 
 func renderCmd(args []string, stdout, stderr io.Writer) error {
 	var o Options
-	if err := parseFlags("render", &o, false, args, stderr); err != nil {
+	if err := parseFlags("render", &o, renderFlags, args, stderr); err != nil {
 		return err
 	}
 	if o.Manifests == "" {
