@@ -62,6 +62,12 @@ const (
 	// ReasonNodePortBlockOutOfRange: a node-port block outside --range-node-port-range, not
 	// identity-mapped, or given while blocks are disabled.
 	ReasonNodePortBlockOutOfRange = "NodePortBlockOutOfRange"
+	// ReasonNodePortNotAssigned: manifest mode only; its node-port assigner could not give the
+	// Service a node port, health-check node port or node-port block (taken by an older
+	// Service, outside its range, range full, a shifted block). Not a whole rejection: the
+	// Service is served without that port, so the model never returns it; it is counted and
+	// logged once per change, and render lists it.
+	ReasonNodePortNotAssigned = "NodePortNotAssigned"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -76,6 +82,7 @@ func AllReasons() []string {
 		ReasonAPIValidation,
 		ReasonNodeAddressRange, ReasonNodeAddressClusterIP, ReasonReservedPort,
 		ReasonNodePortBlockOutOfRange,
+		ReasonNodePortNotAssigned,
 	}
 }
 

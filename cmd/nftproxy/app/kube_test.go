@@ -59,7 +59,7 @@ func TestNewSourcePicksMode(t *testing.T) {
 			if err := parseFlags("run", &o, runFlags, tc.args, io.Discard); err != nil {
 				t.Fatalf("flags %q: %v", tc.args, err)
 			}
-			src, err := newSource(&o, logr.Discard(), nil, nil)
+			src, err := newSource(&o, logr.Discard(), nil, nil, nil)
 			switch {
 			case tc.wantErr && err == nil:
 				t.Fatalf("got source %v, want an error starting %q", src, tc.want)

@@ -115,7 +115,7 @@ func TestManifestSourceFailure(t *testing.T) {
 	if err := parseFlags("run", &o, runFlags, []string{"--manifests", dir, "--node-name", "node-a"}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	src, err := newSource(&o, logr.Discard(), nil, sm)
+	src, err := newSource(&o, logr.Discard(), nil, sm, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

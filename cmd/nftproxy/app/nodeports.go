@@ -6,7 +6,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/proxy/manifest"
+	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/proxy/manifest/pipeline"
+	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
 )
 
@@ -29,15 +31,13 @@ func newAssigner(o *Options, log logr.Logger, obs allocator.Observer) (*nodeport
 	return a, nil
 }
 
-// assign fills in the node ports of freshly loaded Services before they reach the model. A
-// Service that cannot get a port is served without it; the reason is logged.
-func assign(a *nodeport.Assigner, log logr.Logger, objs *manifest.Objects, ferrs []manifest.FileError) []nodeport.Problem {
-	probs, err := a.Assign(objs, ferrs)
-	for _, p := range probs {
-		log.Error(p, "node port not assigned; the Service is served without it", "service", p.Service, "port", p.Port)
+// newPipeline builds manifest mode's one path from --manifests to tracker (load, assign node
+// ports with a, feed), used alike by run, run --once and render. pm may be nil; it counts each
+// node port not assigned, once per change, as it counts rejections.
+func newPipeline(o *Options, log logr.Logger, a *nodeport.Assigner, tracker *model.Tracker, pm *metrics.Proxy) *pipeline.Pipeline {
+	cfg := pipeline.Config{Dir: o.Manifests, Loader: o.loader(), Assigner: a, Tracker: tracker, NodeName: o.NodeName, Log: log}
+	if pm != nil {
+		cfg.OnProblem = func(nodeport.Problem) { pm.Rejected(model.ReasonNodePortNotAssigned) }
 	}
-	if err != nil {
-		log.Error(err, "node-port assignments not saved; retrying at the next change (check --state-dir)")
-	}
-	return probs
+	return pipeline.New(cfg)
 }

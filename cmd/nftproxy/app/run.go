@@ -23,12 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
 	"github.com/nftproxy/nftproxy/proxy/health"
 	"github.com/nftproxy/nftproxy/proxy/healthcheck"
-	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
@@ -113,7 +113,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	defer cleaner.Close()
 	opts := proxier.Options{Conntrack: cleaner, NodeName: o.NodeName}
 
-	src, err := newSource(&o, log, am, sm)
+	src, err := newSource(&o, log, am, sm, pm)
 	if err != nil {
 		var ue usageError
 		if errors.As(err, &ue) || o.Manifests == "" {
@@ -200,12 +200,7 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 	if o.Manifests == "" {
 		return usageError{errors.New("--once needs --manifests: the directory of Service, EndpointSlice and Node manifests to apply")}
 	}
-	objs, ferrs := o.loader().Load(o.Manifests)
-	if err := manifest.DirectoryError(ferrs); err != nil {
-		return fmt.Errorf("nothing applied, the kernel is unchanged: %w", err)
-	}
-	a, err := newAssigner(o, log, am)
-	if err != nil {
+	if err := loadOnce(o, log, tracker, am, pm); err != nil {
 		return err
 	}
 	kernel, err := nft.NewKernel()
@@ -219,15 +214,24 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 	}
 	defer cleaner.Close()
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, proxier.Options{Conntrack: cleaner, NodeName: o.NodeName})
-	reportLoad(log, objs, ferrs)
-	assign(a, log, &objs, ferrs)
-	manifest.NewFeeder(tracker).Feed(objs, ferrs)
-	warnNoNode(log, tracker, o.NodeName)
 	res, err := p.Sync(ctx, true)
 	if err != nil {
 		return err
 	}
 	log.Info("applied", "ops", res.Ops, "repairs", res.Repairs, "bytes", res.Stats.Bytes, "kernelTime", res.Stats.Duration)
+	return nil
+}
+
+// loadOnce is run --once's load: the manifests through the pipeline into tracker, before the
+// kernel is opened.
+func loadOnce(o *Options, log logr.Logger, tracker *model.Tracker, am allocator.Observer, pm *metrics.Proxy) error {
+	a, err := newAssigner(o, log, am)
+	if err != nil {
+		return err
+	}
+	if _, err := newPipeline(o, log, a, tracker, pm).Load(); err != nil {
+		return fmt.Errorf("nothing applied, the kernel is unchanged: %w", err)
+	}
 	return nil
 }
 
@@ -294,24 +298,6 @@ func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metric
 			rejected()
 		},
 	})
-}
-
-// reportLoad logs what a load could not use: files (their objects keep their last good
-// state) and objects or endpoints the API server would refuse (left out). Services refused by
-// validation are reported by the Tracker's rejection callback like any rejected Service.
-func reportLoad(log logr.Logger, objs manifest.Objects, ferrs []manifest.FileError) {
-	for _, e := range ferrs {
-		log.Error(e, "manifest skipped; the objects of other files are still served")
-	}
-	for _, e := range objs.Invalid {
-		log.Error(e, "manifest object or endpoint left out; the rest of the file is served", "object", e.Ref.String())
-	}
-}
-
-func warnNoNode(log logr.Logger, tr *model.Tracker, name string) {
-	if tr.Snapshot().Node == nil {
-		log.Info("no Node object for this node in the manifests: node ports are not served until one appears", "node", name)
-	}
 }
 
 // serve starts the health and metrics listeners; the returned function stops them.
@@ -397,27 +383,25 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	objs, ferrs := o.loader().Load(o.Manifests)
-	if err := manifest.DirectoryError(ferrs); err != nil {
+	res, err := newPipeline(&o, log, a, tracker, nil).Load()
+	if err != nil {
 		return err
 	}
-	probs, _ := a.Assign(&objs, ferrs)
-	manifest.NewFeeder(tracker).Feed(objs, ferrs)
 	snap := tracker.Snapshot()
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# nftproxy %s: the ruleset for %s (node %q)\n", Version, o.Manifests, o.NodeName)
-	for _, e := range ferrs {
+	for _, e := range res.FileErrors {
 		fmt.Fprintf(&sb, "# skipped file: %s\n", oneLine(e.Error()))
 	}
-	for _, e := range objs.Invalid {
+	for _, e := range res.Objects.Invalid {
 		fmt.Fprintf(&sb, "# left out: %s\n", oneLine(e.Error()))
 	}
 	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
 	for _, r := range rejected {
 		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", oneLine(r.key.String()), r.r.Reason, oneLine(r.r.Message))
 	}
-	for _, p := range probs {
+	for _, p := range res.Problems {
 		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))
 	}
 	if snap.Node == nil {

@@ -32,8 +32,9 @@ type source interface {
 
 // newSource picks where the model comes from: manifest files when --manifests is given, else
 // the API server (--kubeconfig, --master, or the pod's in-cluster ServiceAccount). obs receives
-// the node-port allocator's numbers (manifest mode; in a cluster the API server allocates).
-func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.Source) (source, error) {
+// the node-port allocator's numbers (manifest mode; in a cluster the API server allocates); pm
+// counts manifest mode's node ports not assigned. Each may be nil.
+func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.Source, pm *metrics.Proxy) (source, error) {
 	if o.Manifests != "" && (o.Kubeconfig != "" || o.Master != "") {
 		return nil, errors.New("--manifests and --kubeconfig/--master both given: choose manifest files or an API server")
 	}
@@ -43,6 +44,8 @@ func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.
 	if o.Manifests == "" {
 		return nil, errors.New("no source: pass --manifests (a directory of Service, EndpointSlice and Node manifests) or --kubeconfig (an API server); in a pod the in-cluster config is used")
 	}
+	// The assigner is built here, so a bad range flag or state file fails at start-up; the
+	// pipeline around it needs the Tracker Run is given.
 	a, err := newAssigner(o, log, obs)
 	if err != nil {
 		return nil, err
@@ -50,7 +53,7 @@ func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.
 	if o.StateDir == "" {
 		log.Info("node ports assigned in manifest mode are kept in memory only: set --state-dir to keep them across restarts")
 	}
-	m := &manifestSource{node: o.NodeName, log: log, assigner: a}
+	m := &manifestSource{o: o, log: log, assigner: a, pm: pm}
 	m.watcher = manifest.Watcher{Dir: o.Manifests, Loader: o.loader(), Log: log.WithName("manifests"),
 		OnFailure: func(err error) {
 			if sm != nil {
@@ -69,9 +72,10 @@ const (
 // manifestSource watches a directory of manifests (the embedded default, no cluster needed),
 // acting as its own control plane for node ports.
 type manifestSource struct {
-	node     string
+	o        *Options
 	log      logr.Logger
 	assigner *nodeport.Assigner
+	pm       *metrics.Proxy
 	loaded   atomic.Bool
 	watcher  manifest.Watcher
 }
@@ -87,14 +91,10 @@ func (m *manifestSource) Ready() bool { return m.loaded.Load() }
 func (m *manifestSource) FailingSince() time.Time { return m.watcher.FailingSince() }
 
 func (m *manifestSource) Run(ctx context.Context, tracker *model.Tracker, notify func()) error {
-	feeder := manifest.NewFeeder(tracker)
+	pl := newPipeline(m.o, m.log, m.assigner, tracker, m.pm)
 	m.watcher.OnLoad = func(objs manifest.Objects, ferrs []manifest.FileError) {
-		reportLoad(m.log, objs, ferrs)
-		assign(m.assigner, m.log, &objs, ferrs)
-		feeder.Feed(objs, ferrs)
-		if !m.loaded.Swap(true) {
-			warnNoNode(m.log, tracker, m.node)
-		}
+		pl.Apply(objs, ferrs)
+		m.loaded.Store(true)
 		notify()
 	}
 	return m.watcher.Run(ctx)
