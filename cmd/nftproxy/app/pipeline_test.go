@@ -91,7 +91,7 @@ func TestManifestEntryPointsShareOnePipeline(t *testing.T) {
 	}
 	args := []string{"--manifests", dir, "--node-name", "node-a"}
 	var o Options
-	if err := parseFlags("run", &o, true, args, io.Discard); err != nil {
+	if err := parseFlags("run", &o, runFlags, args, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	builders, err := o.builders()
