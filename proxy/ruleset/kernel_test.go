@@ -99,25 +99,7 @@ func TestKernelPolicyRuleset(t *testing.T) {
 			if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
 				t.Fatalf("the kernel lists something else than was applied:\n%s", d)
 			}
-			listing, err := ns.Run("nft", "list", "ruleset")
-			if err != nil {
-				t.Fatalf("nft list ruleset: %v", err)
-			}
-			file := filepath.Join(t.TempDir(), "ruleset.nft")
-			if err := os.WriteFile(file, []byte(listing), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ns2 := netns.New(t, "rulesetpol2")
-			if out, err := ns2.Run("nft", "-f", file); err != nil {
-				t.Fatalf("nft -f of the listing: %v\n%s\nlisting:\n%s", err, out, listing)
-			}
-			again, err := ns2.Run("nft", "list", "ruleset")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if again != listing {
-				t.Errorf("nft -f of the listing lists differently:\n got %s\nwant %s", again, listing)
-			}
+			reloadListing(t, ns, "rulesetpol2")
 		})
 	}
 }
@@ -148,6 +130,13 @@ func TestKernelLongAndOddNames(t *testing.T) {
 	if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
 		t.Fatalf("the kernel lists something else than was applied (a full resync would repair it forever):\n%s", d)
 	}
+	reloadListing(t, ns, "rulesetlong2")
+}
+
+// reloadListing loads what nft lists in ns into a fresh namespace (named after prefix) with
+// nft -f, and checks it lists the same there: the text a person reads is the ruleset.
+func reloadListing(t *testing.T, ns *netns.NS, prefix string) {
+	t.Helper()
 	listing, err := ns.Run("nft", "list", "ruleset")
 	if err != nil {
 		t.Fatalf("nft list ruleset: %v", err)
@@ -156,7 +145,15 @@ func TestKernelLongAndOddNames(t *testing.T) {
 	if err := os.WriteFile(file, []byte(listing), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := netns.New(t, "rulesetlong2").Run("nft", "-f", file); err != nil {
-		t.Fatalf("nft -f of the listing: %v\n%s", err, out)
+	ns2 := netns.New(t, prefix)
+	if out, err := ns2.Run("nft", "-f", file); err != nil {
+		t.Fatalf("nft -f of the listing: %v\n%s\nlisting:\n%s", err, out, listing)
+	}
+	again, err := ns2.Run("nft", "list", "ruleset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != listing {
+		t.Errorf("nft -f of the listing lists differently:\n got %s\nwant %s", again, listing)
 	}
 }
