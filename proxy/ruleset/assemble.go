@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 
@@ -57,22 +58,10 @@ func ElementID(e *nft.Element) string {
 	b := make([]byte, 0, len(e.Set)+24*(len(e.Key)+len(e.KeyEnd)))
 	b = append(append(b, e.Set...), ' ')
 	b = appendValues(b, e.Key)
-	if e.KeyEnd != nil && !sameValues(e.Key, e.KeyEnd) {
+	if e.KeyEnd != nil && !slices.Equal(e.Key, e.KeyEnd) {
 		b = appendValues(append(b, '-'), e.KeyEnd)
 	}
 	return string(b)
-}
-
-func sameValues(a, b []nft.Value) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func appendValues(b []byte, vs []nft.Value) []byte {
