@@ -85,7 +85,7 @@ func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NFTObjects,
 			Help: "Objects in nftproxy's tables after the last sync, by family and kind (chains, rules, sets, elements)."}, []string{"family", "kind"}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{Name: InvalidServices,
-			Help: "Services rejected (not programmed), by reason; see proxy/model/REASONS.md."}, []string{"reason"}),
+			Help: "Services rejected (not programmed; for NodePortNotAssigned, programmed without that node port), by reason; see proxy/model/REASONS.md."}, []string{"reason"}),
 		last:          prometheus.NewGauge(prometheus.GaugeOpts{Name: LastSyncTimestamp, Help: "Unix time of the last successful sync."}),
 		kpSync:        histogram(KubeProxySync, "kube-proxy compatible: sync duration (any kind)."),
 		kpFull:        histogram(KubeProxyFullSync, "kube-proxy compatible: full sync duration."),

@@ -23,6 +23,9 @@ type Latencies struct {
 // namespace: no Go scheduler or poller between the two timestamps.
 func (t *Topology) Connect(targets []netip.AddrPort, n int, timeout time.Duration) (Latencies, error) {
 	var out Latencies
+	if len(targets) == 0 {
+		return out, fmt.Errorf("first-packet probe: no target to connect to (a workload with at least one ClusterIP Service is needed)")
+	}
 	err := t.Client.Do(func() error {
 		for i := 0; i < n; i++ {
 			d, err := connectOnce(targets[i%len(targets)], timeout, nil)
