@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
@@ -18,12 +19,8 @@ func (e *env) waitEvent(name string) (reason, note string) {
 	e.t.Helper()
 	deadline := time.Now().Add(waitBound)
 	for {
-		list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		for _, ev := range list.Items {
-			if ev.Regarding.Kind == "Service" && ev.Regarding.Name == name && ev.Type == "Warning" {
+		for _, ev := range e.eventsOn(name) {
+			if ev.Type == "Warning" {
 				return ev.Reason, ev.Note
 			}
 		}
@@ -32,6 +29,24 @@ func (e *env) waitEvent(name string) (reason, note string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// eventsOn lists the Events nftproxy reported on Service name. The API server reports on
+// Services too: its ClusterIP repair controller may warn about a Service created while it
+// starts, which made these tests flaky.
+func (e *env) eventsOn(name string) []eventsv1.Event {
+	e.t.Helper()
+	list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, ev := range list.Items {
+		if ev.Regarding.Kind == "Service" && ev.Regarding.Name == name && ev.ReportingController == "nftproxy" {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // TestNodeIsGuardedInKubernetesMode (issue 14, findings 1 and 7) with the DaemonSet's own

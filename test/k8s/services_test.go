@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/test/lab"
@@ -107,28 +104,9 @@ func TestBadAnnotationMakesOneEvent(t *testing.T) {
 	e.createService(good)
 	e.waitProgrammed(good) // a bad Service does not hold the others back
 
-	var got []eventsv1.Event
-	deadline := time.Now().Add(waitBound)
-	for len(got) == 0 {
-		list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range list.Items {
-			// nftproxy's own: the API server reports on Services too (its ClusterIP repair
-			// controller may warn about a Service created while it starts).
-			if ev.Regarding.Kind == "Service" && ev.Regarding.Name == bad.name && ev.ReportingController == "nftproxy" {
-				got = append(got, ev)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Event on Service %s after %v", bad.name, waitBound)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ev := got[0]
-	if ev.Type != "Warning" || ev.Reason != model.ReasonRangeEndBeforeStart || !strings.Contains(ev.Note, "80-70") {
-		t.Errorf("event: got type %q reason %q note %q, want Warning %s naming 80-70", ev.Type, ev.Reason, ev.Note, model.ReasonRangeEndBeforeStart)
+	reason, note := e.waitEvent(bad.name)
+	if reason != model.ReasonRangeEndBeforeStart || !strings.Contains(note, "80-70") {
+		t.Errorf("event: got reason %q note %q, want Warning %s naming 80-70", reason, note, model.ReasonRangeEndBeforeStart)
 	}
 	if rs := e.ruleset(); strings.Contains(rs, bad.marker()) {
 		t.Errorf("rejected Service is programmed; ruleset:\n%s", rs)
@@ -141,15 +119,9 @@ func TestBadAnnotationMakesOneEvent(t *testing.T) {
 	}
 	e.setEndpoints(good, 2)
 	e.waitFor("ok moved to pod-2", func(rs string) bool { return hasExactly(rs, []int{2}) })
-	list, err := e.cs.EventsV1().Events(testNS).List(e.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var names []string
-	for _, ev := range list.Items {
-		if ev.Regarding.Name == bad.name && ev.ReportingController == "nftproxy" {
-			names = append(names, ev.Name)
-		}
+	for _, ev := range e.eventsOn(bad.name) {
+		names = append(names, ev.Name)
 	}
 	if len(names) != 1 {
 		t.Errorf("events on %s after endpoint churn: got %d (%v), want 1", bad.name, len(names), names)
