@@ -284,155 +284,10 @@ func confRuleCases() []confCase {
 `},
 		}},
 		{name: "rule/jump-depth-and-loops", steps: []confStep{
-			{ops: confChainLadder(17), want: `table ip nftproxy {
-	chain c01 {
-		jump c02
-	}
-
-	chain c02 {
-		jump c03
-	}
-
-	chain c03 {
-		jump c04
-	}
-
-	chain c04 {
-		jump c05
-	}
-
-	chain c05 {
-		jump c06
-	}
-
-	chain c06 {
-		jump c07
-	}
-
-	chain c07 {
-		jump c08
-	}
-
-	chain c08 {
-		jump c09
-	}
-
-	chain c09 {
-		jump c10
-	}
-
-	chain c10 {
-		jump c11
-	}
-
-	chain c11 {
-		jump c12
-	}
-
-	chain c12 {
-		jump c13
-	}
-
-	chain c13 {
-		jump c14
-	}
-
-	chain c14 {
-		jump c15
-	}
-
-	chain c15 {
-		jump c16
-	}
-
-	chain c16 {
-		jump c17
-	}
-
-	chain c17 {
-	}
-
-	chain in {
-		type filter hook input priority 0; policy accept;
-	}
-}
-`},
+			{ops: confChainLadder(17), want: confLadderText(17, "")},
 			// in -> c03 -> ... -> c17: 15 jumps deep is allowed; from c02 it is 16, refused.
 			{ops: []confBuild{add(rule("in", "", jump("c02")))}, err: fail("too many links", 0), want: confSame},
-			{ops: []confBuild{add(rule("in", "", jump("c03")))}, want: `table ip nftproxy {
-	chain c01 {
-		jump c02
-	}
-
-	chain c02 {
-		jump c03
-	}
-
-	chain c03 {
-		jump c04
-	}
-
-	chain c04 {
-		jump c05
-	}
-
-	chain c05 {
-		jump c06
-	}
-
-	chain c06 {
-		jump c07
-	}
-
-	chain c07 {
-		jump c08
-	}
-
-	chain c08 {
-		jump c09
-	}
-
-	chain c09 {
-		jump c10
-	}
-
-	chain c10 {
-		jump c11
-	}
-
-	chain c11 {
-		jump c12
-	}
-
-	chain c12 {
-		jump c13
-	}
-
-	chain c13 {
-		jump c14
-	}
-
-	chain c14 {
-		jump c15
-	}
-
-	chain c15 {
-		jump c16
-	}
-
-	chain c16 {
-		jump c17
-	}
-
-	chain c17 {
-	}
-
-	chain in {
-		type filter hook input priority 0; policy accept;
-		jump c03
-	}
-}
-`},
+			{ops: []confBuild{add(rule("in", "", jump("c03")))}, want: confLadderText(17, "c03")},
 			{ops: []confBuild{add(rule("c17", "", jump("c03")))}, err: fail("too many links", 0), want: confSame},
 			// A loop through a verdict map, and through a plain lookup in a verdict map, which the
 			// kernel also follows.
@@ -459,6 +314,26 @@ func confChainLadder(n int) []confBuild {
 }
 
 func confLadder(i int) string { return fmt.Sprintf("c%02d", i) }
+
+// confLadderText is how nft lists the ladder confChainLadder(n) builds, with the input chain
+// jumping to inJump when it is not empty.
+func confLadderText(n int, inJump string) string {
+	var b strings.Builder
+	b.WriteString("table ip nftproxy {\n")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "\tchain %s {\n", confLadder(i))
+		if i < n {
+			fmt.Fprintf(&b, "\t\tjump %s\n", confLadder(i+1))
+		}
+		b.WriteString("\t}\n\n")
+	}
+	b.WriteString("\tchain in {\n\t\ttype filter hook input priority 0; policy accept;\n")
+	if inJump != "" {
+		fmt.Fprintf(&b, "\t\tjump %s\n", inJump)
+	}
+	b.WriteString("\t}\n}\n")
+	return b.String()
+}
 
 // confIncreasingHandles checks that the kernel numbered the rules of each chain in order.
 func confIncreasingHandles(t *testing.T, k Interface) {
