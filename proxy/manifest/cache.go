@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -9,26 +10,41 @@ import (
 )
 
 // settleTime is how long a file must have been left alone (its mtime and ctime that far in the
-// past when a load starts) before its decoded objects are kept: a file written within the
-// timestamps' granularity of a read could change again without its times changing.
+// past when a load starts) before a full load may reuse its decoded objects by its times alone:
+// a file written within the timestamps' granularity of a read could change again without its
+// times changing.
 const settleTime = time.Second
 
-// fileCache keeps, across the Watcher's reloads, the objects decoded from each settled file, so
-// a reload decodes only the files that changed: at 10,000 Services in one file a reload cost
-// seconds, and every change of any file paid it before its sync. A file is reused while its
-// inode, size, mtime and ctime are the same (ctime cannot be set back by a writer, a rename
-// over it brings a new inode). EndpointSlices and Nodes are handed out as they were decoded
-// (nothing writes to them); Services are handed out as fresh copies of the decoded ones, since
-// manifest mode's node-port assigner writes its assignments into the Services it is given (the
-// pristine copies cost 8 MB at 10,000 Services).
+// fileCache holds, across the Watcher's reloads, what the last load got from each file of the
+// directory: its objects, or the error that kept them out. It serves two kinds of reload:
+//
+//   - A full reload (the first, and after the directory itself changed, an inotify overflow or
+//     while polling) lists the directory and stats every file; a file is decoded again unless
+//     it has settled and its inode, size, mtime and ctime are those it was decoded with (ctime
+//     cannot be set back by a writer, a rename over it brings a new inode).
+//   - A reload of named files (the Watcher's usual one) decodes only the files its inotify
+//     events named and takes every other file as the last load left it, settled or not: a
+//     write to one of them would have been named too. Its cost follows the change, not the
+//     directory: at 10,000 files a full reload's listing and stats alone took 30 ms.
+//
+// EndpointSlices and Nodes are handed out as they were decoded (nothing writes to them);
+// Services are handed out as fresh copies of the decoded ones, since manifest mode's node-port
+// assigner writes its assignments into the Services it is given.
 type fileCache struct {
 	now   func() time.Time
 	files map[string]cachedFile
+	// names are the files of files in name order: the order a load merges them in, so the
+	// first of two definitions of an object wins whichever kind of reload ran.
+	names []string
+	// decoded counts the files decoded by the last load (the Watcher logs it).
+	decoded int
 }
 
 type cachedFile struct {
-	key  fileKey
-	objs Objects // Services and Refused Services are kept pristine, handed out as copies
+	key     fileKey
+	settled bool       // a full load may reuse objs by key alone
+	objs    Objects    // Services and Refused Services are kept pristine, handed out as copies
+	err     *FileError // why the file contributes no objects; nil when it loaded
 }
 
 type fileKey struct {
@@ -41,7 +57,8 @@ func newFileCache() *fileCache {
 	return &fileCache{now: time.Now, files: map[string]cachedFile{}}
 }
 
-// keyOf is st's identity, and false when the platform does not say (then nothing is cached).
+// keyOf is st's identity, and false when the platform does not say (then nothing is reused
+// by a full load).
 func keyOf(st os.FileInfo) (fileKey, bool) {
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
@@ -51,43 +68,51 @@ func keyOf(st os.FileInfo) (fileKey, bool) {
 		ctimeNano: time.Unix(sys.Ctim.Unix()).UnixNano()}, true
 }
 
-// get returns the objects of name when st is the file they were decoded from.
-func (c *fileCache) get(name string, st os.FileInfo) (Objects, bool) {
-	if c == nil {
-		return Objects{}, false
-	}
+// reusable: a full load may take name's objects without decoding it, st being the file now.
+func (c *fileCache) reusable(name string, st os.FileInfo) bool {
 	e, ok := c.files[name]
-	if k, known := keyOf(st); !ok || !known || k != e.key {
-		return Objects{}, false
-	}
-	return e.objs.withServiceCopies(), true
+	k, known := keyOf(st)
+	return ok && known && e.settled && e.err == nil && k == e.key
 }
 
-// put keeps objs, decoded from name as st describes it when the load started at start, if the
-// file has settled. The caller keeps objs itself: the cache holds copies of its Services.
-func (c *fileCache) put(name string, st os.FileInfo, objs Objects, start time.Time) {
-	if c == nil {
-		return
-	}
-	delete(c.files, name)
+// record keeps what decoding name gave (objs, or ferr), st being the file as the load that
+// started at start found it, and adds name to names if it is new.
+func (c *fileCache) record(name string, st os.FileInfo, objs Objects, ferr *FileError, start time.Time) {
 	k, ok := keyOf(st)
 	settled := start.Add(-settleTime).UnixNano()
-	if !ok || k.mtimeNano > settled || k.ctimeNano > settled {
-		return
+	c.files[name] = cachedFile{key: k, settled: ok && k.mtimeNano <= settled && k.ctimeNano <= settled, objs: objs, err: ferr}
+	if i, found := slices.BinarySearch(c.names, name); !found {
+		c.names = slices.Insert(c.names, i, name)
 	}
-	c.files[name] = cachedFile{key: k, objs: objs.withServiceCopies()}
 }
 
-// keep forgets the files not in seen (deleted, renamed, or now failing).
-func (c *fileCache) keep(seen map[string]bool) {
-	if c == nil {
-		return
+// forget drops name (deleted, renamed away, no longer a regular file).
+func (c *fileCache) forget(name string) {
+	delete(c.files, name)
+	if i, found := slices.BinarySearch(c.names, name); found {
+		c.names = slices.Delete(c.names, i, i+1)
 	}
-	for name := range c.files {
-		if !seen[name] {
-			delete(c.files, name)
+}
+
+// assemble merges every file's objects in name order into one load, with the failed files'
+// errors and the duplicates it finds. copyServices hands out copies of the Services, keeping the
+// cached ones pristine for the next reload.
+func (c *fileCache) assemble(copyServices bool) (Objects, []FileError) {
+	objs := Objects{From: make(map[Ref]string, 2*len(c.names))}
+	var errs []FileError
+	for _, name := range c.names {
+		e := c.files[name]
+		if e.err != nil {
+			errs = append(errs, *e.err)
+			continue
 		}
+		f := e.objs
+		if copyServices {
+			f = f.withServiceCopies()
+		}
+		errs = append(errs, objs.merge(f, name)...)
 	}
+	return objs, errs
 }
 
 // withServiceCopies returns o with deep copies of its Services (and refused Services); the rest

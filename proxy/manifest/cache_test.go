@@ -1,11 +1,15 @@
 package manifest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 const (
@@ -76,15 +80,79 @@ func TestCacheReusesSettledFiles(t *testing.T) {
 	}
 }
 
-// TestCacheWaitsForFilesToSettle: a file written within settleTime of a load is decoded again
-// at the next one (a write within the timestamps' granularity would not change them).
+// TestCacheWaitsForFilesToSettle: a file written within settleTime of a full load is decoded
+// again at the next full load (a write within the timestamps' granularity would not change
+// them).
 func TestCacheWaitsForFilesToSettle(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"web.yaml": cacheService + "---\n" + cacheSlice})
 	cache := newFileCache()
 	a, _ := Loader{}.load(dir, cache)
 	b, _ := Loader{}.load(dir, cache)
-	if a.EndpointSlices[0] == b.EndpointSlices[0] || len(cache.files) != 0 {
-		t.Errorf("a file written just now was cached (%d files)", len(cache.files))
+	if a.EndpointSlices[0] == b.EndpointSlices[0] || cache.decoded != 1 {
+		t.Errorf("a file written just now was reused by a full load (%d files decoded)", cache.decoded)
+	}
+}
+
+// TestReloadOfNamedFiles: a reload of the files inotify named decodes those files only, even
+// when the others were written just now (a write to them would have been named too), drops a
+// named file that is gone, places a new one in name order, and keeps reporting a named file
+// that failed (so the Feeder keeps its last good objects) until it is named again and loads.
+func TestReloadOfNamedFiles(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{}
+	for i := range 20 {
+		files[fmt.Sprintf("s%02d.yaml", i)] = strings.ReplaceAll(cacheSlice, "web-1", fmt.Sprintf("web-%02d", i))
+	}
+	writeFiles(t, dir, files)
+	cache := newFileCache()
+	first, errs := Loader{}.load(dir, cache)
+	if len(errs) != 0 || len(first.EndpointSlices) != 20 {
+		t.Fatalf("full load: %v, %d slices; want 20", errs, len(first.EndpointSlices))
+	}
+	slice := func(o Objects, name string) *discoveryv1.EndpointSlice {
+		for _, s := range o.EndpointSlices {
+			if s.Name == name {
+				return s
+			}
+		}
+		return nil
+	}
+
+	writeFiles(t, dir, map[string]string{"s07.yaml": strings.ReplaceAll(files["s07.yaml"], "198.18.128.11", "198.18.128.77"),
+		"a-new.yaml": strings.ReplaceAll(cacheSlice, "web-1", "web-new")})
+	if err := os.Remove(filepath.Join(dir, "s03.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	next, errs := Loader{}.loadChanged(dir, cache, map[string]bool{"s07.yaml": true, "a-new.yaml": true, "s03.yaml": true, ".tmp-x": true})
+	if len(errs) != 0 || cache.decoded != 2 {
+		t.Fatalf("reload of 3 named files: %v, %d decoded; want no error and 2 decoded (one named file is gone)", errs, cache.decoded)
+	}
+	if got := slice(next, "web-07").Endpoints[0].Addresses[0]; got != "198.18.128.77" {
+		t.Errorf("changed file: endpoint %s, want 198.18.128.77", got)
+	}
+	if slice(next, "web-03") != nil || next.EndpointSlices[0].Name != "web-new" || len(next.EndpointSlices) != 20 {
+		t.Errorf("removed and added files: got %v", refs(next))
+	}
+	for i := range 20 {
+		name := fmt.Sprintf("web-%02d", i)
+		if i != 3 && i != 7 && slice(next, name) != slice(first, name) {
+			t.Errorf("%s was decoded again although its file was not named", name)
+		}
+	}
+
+	writeFiles(t, dir, map[string]string{"s05.yaml": "kind: [half written"})
+	_, errs = Loader{}.loadChanged(dir, cache, map[string]bool{"s05.yaml": true})
+	if len(errs) != 1 || errs[0].File != "s05.yaml" {
+		t.Fatalf("half-written file: errors %v, want one for s05.yaml", errs)
+	}
+	_, errs = Loader{}.loadChanged(dir, cache, map[string]bool{"s06.yaml": true})
+	if len(errs) != 1 || errs[0].File != "s05.yaml" {
+		t.Fatalf("reload of another file: errors %v, want s05.yaml still failing", errs)
+	}
+	writeFiles(t, dir, map[string]string{"s05.yaml": files["s05.yaml"]})
+	last, errs := Loader{}.loadChanged(dir, cache, map[string]bool{"s05.yaml": true})
+	if len(errs) != 0 || slice(last, "web-05") == nil {
+		t.Fatalf("s05.yaml fixed: errors %v", errs)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -186,26 +187,23 @@ func Load(dir string) (Objects, []FileError) { return Loader{}.Load(dir) }
 // directory gives no objects and no error.
 func (l Loader) Load(dir string) (Objects, []FileError) { return l.load(dir, nil) }
 
-// load is Load, reusing the objects of files that have not changed since cache got them (nil:
-// decode every file).
+// load is Load, reusing the objects of the settled files that have not changed since cache got
+// them, and leaving in cache what it found for the reloads to come (nil: decode every file,
+// keep nothing).
 func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
-	start := time.Now()
-	if cache != nil {
-		start = cache.now()
+	keep := cache != nil
+	if !keep {
+		cache = newFileCache()
 	}
-	objs := Objects{From: map[Ref]string{}}
+	start := cache.now()
+	cache.decoded = 0
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return objs, []FileError{{File: dir, Directory: true,
+		return Objects{From: map[Ref]string{}}, []FileError{{File: dir, Directory: true,
 			Err: fmt.Errorf("read manifest directory: %w (restore it, or point --manifests at it)", err)}}
 	}
-	limit := l.MaxFileBytes
-	if limit <= 0 {
-		limit = DefaultMaxFileBytes
-	}
 	dec := newDecoder()
-	var errs []FileError
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		name := e.Name()
 		if !isManifestName(name) {
@@ -216,20 +214,54 @@ func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
 		if err != nil || !st.Mode().IsRegular() {
 			continue
 		}
-		fileObjs, hit := cache.get(name, st)
-		if !hit {
-			var ferr *FileError
-			if fileObjs, ferr = loadFile(dec, path, name, limit); ferr != nil {
-				errs = append(errs, *ferr)
-				continue
-			}
-			cache.put(name, st, fileObjs, start)
-		}
 		seen[name] = true
-		errs = append(errs, objs.merge(fileObjs, name)...)
+		if !cache.reusable(name, st) {
+			l.decode(dec, cache, path, name, st, start)
+		}
 	}
-	cache.keep(seen)
-	return objs, errs
+	for _, name := range slices.Clone(cache.names) {
+		if !seen[name] {
+			cache.forget(name)
+		}
+	}
+	return cache.assemble(keep)
+}
+
+// loadChanged reloads only the files named in changed (base names within dir), and takes every
+// other file as cache holds it from the loads before: cache must have seen a full load of dir
+// (load) and every change of its files since, which the Watcher's inotify events guarantee. A
+// named file that is gone, or no longer a regular manifest file, is dropped.
+func (l Loader) loadChanged(dir string, cache *fileCache, changed map[string]bool) (Objects, []FileError) {
+	start := cache.now()
+	cache.decoded = 0
+	var dec runtime.Decoder
+	for name := range changed {
+		if !isManifestName(name) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		st, err := os.Stat(path)
+		if err != nil || !st.Mode().IsRegular() {
+			cache.forget(name)
+			continue
+		}
+		if dec == nil {
+			dec = newDecoder()
+		}
+		l.decode(dec, cache, path, name, st, start)
+	}
+	return cache.assemble(true)
+}
+
+// decode reads one file into cache.
+func (l Loader) decode(dec runtime.Decoder, cache *fileCache, path, name string, st os.FileInfo, start time.Time) {
+	limit := l.MaxFileBytes
+	if limit <= 0 {
+		limit = DefaultMaxFileBytes
+	}
+	objs, ferr := loadFile(dec, path, name, limit)
+	cache.decoded++
+	cache.record(name, st, objs, ferr, start)
 }
 
 func isManifestName(name string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -72,8 +73,9 @@ func Watch(ctx context.Context, dir string, logger logr.Logger, onChange func(Ob
 }
 
 // Run loads the directory and reloads it after every burst of changes until ctx is cancelled.
-// Any event except a bare chmod triggers a reload (cheap, and it catches ConfigMap symlink
-// swaps). Run returns nil when ctx is cancelled, and an error only if no watch can be created
+// Any event on a manifest file except a bare chmod triggers a reload of the files named; an
+// event on the directory itself, on a ConfigMap's "..data" machinery or a watch error triggers
+// a reload of the whole directory (see fileCache). Run returns nil when ctx is cancelled, and an error only if no watch can be created
 // at all (inotify exhausted); a missing directory is waited for, not an error.
 func (w *Watcher) Run(ctx context.Context) error {
 	fw, err := fsnotify.NewWatcher()
@@ -87,8 +89,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(PollInterval)
 	poll.Stop()
 	defer poll.Stop()
-	cache := newFileCache()    // files that did not change are not decoded again
+	cache := newFileCache()    // what the last load got from each file
 	var lastCost time.Duration // what the last reload took, load and OnLoad
+	// changed holds the files named by events since the last reload; full is set when a
+	// reload must list the directory again (see fileCache): at the start, after the directory
+	// itself changed or could not be read, after a watch error (an inotify queue overflow loses
+	// names), on a ConfigMap's "..data" swap (its files are symlinks that do not change
+	// themselves), and while polling.
+	changed := map[string]bool{}
+	full := true
 	reload := func() {
 		start := time.Now()
 		defer func() { lastCost = time.Since(start) }()
@@ -97,7 +106,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 				watching = true
 			}
 		}
-		objs, errs := w.Loader.load(dir, cache)
+		var objs Objects
+		var errs []FileError
+		kind := "named files"
+		if full || !watching || failing != nil {
+			kind = "full"
+			objs, errs = w.Loader.load(dir, cache)
+		} else {
+			objs, errs = w.Loader.loadChanged(dir, cache, changed)
+		}
+		full, changed = DirectoryError(errs) != nil, map[string]bool{}
 		if derr := DirectoryError(errs); derr != nil {
 			if watching {
 				_ = fw.Remove(dir)
@@ -126,8 +144,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.OnFailure(nil)
 			}
 		}
-		w.Log.V(1).Info("Loaded manifests", "dir", dir, "services", len(objs.Services), "refused", len(objs.Refused),
-			"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs))
+		w.Log.V(1).Info("Loaded manifests", "dir", dir, "reload", kind, "decodedFiles", cache.decoded, "services", len(objs.Services), "refused", len(objs.Refused),
+			"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs), "took", time.Since(start))
 		w.OnLoad(objs, errs)
 	}
 	reload()
@@ -157,23 +175,37 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if ev.Op == fsnotify.Chmod {
 				continue
 			}
-			if filepath.Clean(ev.Name) == dir && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
-				// The directory itself was moved or deleted: the watch follows the old inode,
-				// so drop it; the reload sets one up on whatever is at the path then.
-				_ = fw.Remove(dir)
-				watching = false
+			name := filepath.Clean(ev.Name)
+			base := filepath.Base(name)
+			switch {
+			case name == dir:
+				full = true
+				if ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+					// The directory itself was moved or deleted: the watch follows the old
+					// inode, so drop it; the reload sets one up on whatever is at the path then.
+					_ = fw.Remove(dir)
+					watching = false
+				}
+			case filepath.Dir(name) != dir || strings.HasPrefix(base, ".."):
+				full = true // a ConfigMap's ..data swap, or a name this watch cannot place
+			case isManifestName(base):
+				changed[base] = true
+			default:
+				continue // not a manifest file (an editor's or a writer's temporary file)
 			}
 			arm()
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return fmt.Errorf("watch manifest directory %s: error channel closed", dir)
 			}
-			w.Log.Error(err, "Manifest directory watch error; reloading", "dir", dir)
+			w.Log.Error(err, "Manifest directory watch error; reloading the whole directory", "dir", dir)
+			full = true
 			arm()
 		case <-timer.C:
 			burstStart = time.Time{}
 			reload()
 		case <-poll.C:
+			full = true
 			reload()
 		}
 	}
