@@ -51,18 +51,15 @@ type baseChain struct {
 	priority int32
 }
 
-// baseChains lists the hooks nftproxy attaches to. Priorities: NAT at the standard dstnat (-100)
-// and srcnat (100); endpoint checks at -110 (before DNAT in output, so they still see the
-// service address); the ClusterIP check after DNAT at -90 (a packet still addressed to a
-// ClusterIP there hit no defined port).
+// baseChains lists the hooks nftproxy attaches to, at the priorities named in names.go.
 var baseChains = []baseChain{
-	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, -100},
-	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, -100},
-	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, 100},
-	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, -110},
-	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, -110},
-	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, -110},
-	{ChainFilterOutputDNATd, nft.ChainTypeFilter, nft.HookOutput, -90},
+	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, PriorityDNAT},
+	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, PriorityDNAT},
+	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, PrioritySNAT},
+	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, PriorityBeforeDNAT},
+	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, PriorityBeforeDNAT},
+	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, PriorityBeforeDNAT},
+	{ChainFilterOutputDNATd, nft.ChainTypeFilter, nft.HookOutput, PriorityAfterDNAT},
 }
 
 func rule(comment string, exprs ...nft.Expr) nft.Rule {
