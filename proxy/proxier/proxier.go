@@ -21,9 +21,6 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
-// baseOwner is the reconciler owner of the fixed layout.
-const baseOwner = ""
-
 // Observer receives what the proxier measures; metrics.Proxy implements it. Methods must not
 // block.
 type Observer interface {
@@ -148,7 +145,7 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 			delete(p.refused, k)
 			p.ctMemory.Stage(k, s)
 			for _, b := range p.builders {
-				p.rec.Set(b.Table(), k.String(), b.Service(p.node, s))
+				p.rec.Set(b.Table(), reconciler.Owner(k), b.Service(p.node, s))
 			}
 		}
 	}
@@ -196,18 +193,16 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 	}
 	for _, b := range p.builders {
 		t := b.Table()
-		seen := map[string]bool{baseOwner: true}
-		p.rec.Set(t, baseOwner, b.Base(snap.Node))
+		seen := map[reconciler.Owner]bool{{}: true} // the base layout
+		p.rec.Set(t, reconciler.Owner{}, b.Base(snap.Node))
 		for _, s := range snap.Sorted() {
-			seen[s.Key.String()] = true
-			p.rec.Set(t, s.Key.String(), b.Service(snap.Node, s))
+			seen[reconciler.Owner(s.Key)] = true
+			p.rec.Set(t, reconciler.Owner(s.Key), b.Service(snap.Node, s))
 		}
 		for _, o := range p.rec.Owners(t) {
 			if !seen[o] {
 				p.rec.Set(t, o, ruleset.Fragment{})
-				if ns, name, ok := strings.Cut(o, "/"); ok {
-					p.ctMemory.Stage(model.ServiceKey{Namespace: ns, Name: name}, nil)
-				}
+				p.ctMemory.Stage(model.ServiceKey(o), nil)
 			}
 		}
 	}
@@ -234,13 +229,13 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 			continue
 		}
 		owner, ok := reconciler.RefusedOwner(err)
-		if !ok || owner == baseOwner || n == limit {
+		if !ok || owner.IsBase() || n == limit {
 			break
 		}
 		// Every Service with a refused op goes in one round (the kernel reports them all; the
 		// base layout never depends on a Service's objects, so none is refused for another's).
 		for _, rf := range reconciler.Refusals(err) {
-			if rf.Owner != baseOwner {
+			if !rf.Owner.IsBase() {
 				p.refuse(rf.Owner, rf.Err)
 			}
 		}
@@ -254,9 +249,8 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 
 // refuse takes owner's Service out of the ruleset and reports it with ReasonKernelRefused;
 // oe is the op of it the kernel refused.
-func (p *Proxier) refuse(owner string, oe *nft.OpError) {
-	ns, name, _ := strings.Cut(owner, "/")
-	key := model.ServiceKey{Namespace: ns, Name: name}
+func (p *Proxier) refuse(owner reconciler.Owner, oe *nft.OpError) {
+	key := model.ServiceKey(owner)
 	for _, b := range p.builders {
 		p.rec.Set(b.Table(), owner, ruleset.Fragment{})
 	}

@@ -14,12 +14,13 @@ type elemEntry struct {
 	// applied index share one copy of every element they agree on.
 	el *nft.Element
 	// id is the index's key, kept so that owners' records share its bytes.
-	id   string
-	refs int
-	// owner is the owner that first wanted the element (desired index only); shared is set once
-	// another owner wants it too, and then the owners are found by looking (see ownerOf).
-	owner  string
+	id string
+	// refs counts the owners that want the element (int32 keeps the entry in 64 bytes).
+	refs int32
+	// shared is set once an owner other than owner (the first that wanted it, desired index
+	// only) wants it too, and then the owners are found by looking (see ownerOf).
 	shared bool
+	owner  Owner
 }
 
 // index is one table's objects, by name: what we want (desired) or what the kernel holds

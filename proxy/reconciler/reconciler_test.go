@@ -69,7 +69,7 @@ func newHarness(t *testing.T, kernel nft.Interface) *harness {
 	}
 	h.rec = New(kernel, logr.Discard(), h.clk.now, tables...)
 	for _, b := range h.builders {
-		h.rec.Set(b.Table(), "", b.Base(h.node))
+		h.rec.Set(b.Table(), Owner{}, b.Base(h.node))
 	}
 	return h
 }
@@ -78,7 +78,7 @@ func (h *harness) put(svcs ...*model.Service) {
 	for _, s := range svcs {
 		h.svcs[s.Key] = s
 		for _, b := range h.builders {
-			h.rec.Set(b.Table(), s.Key.String(), b.Service(h.node, s))
+			h.rec.Set(b.Table(), Owner(s.Key), b.Service(h.node, s))
 		}
 	}
 }
@@ -86,7 +86,7 @@ func (h *harness) put(svcs ...*model.Service) {
 func (h *harness) remove(k model.ServiceKey) {
 	delete(h.svcs, k)
 	for _, b := range h.builders {
-		h.rec.Set(b.Table(), k.String(), ruleset.Fragment{})
+		h.rec.Set(b.Table(), Owner(k), ruleset.Fragment{})
 	}
 }
 
@@ -405,7 +405,7 @@ func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 			t.Fatal("commit succeeded, want the injected refusal")
 		}
 		owner, ok := RefusedOwner(err)
-		if !ok || owner != bad.Key.String() {
+		if !ok || owner != Owner(bad.Key) {
 			t.Fatalf("RefusedOwner(%v) = %q, %v; want %q", err, owner, ok, bad.Key)
 		}
 		// The kernel layer says which transaction failed; the reconciler does not say it again.
@@ -459,10 +459,10 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 	own := func(a string) nft.Element {
 		return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr(a))}}
 	}
-	r.Set(tbl, "", ruleset.Fragment{Sets: []nft.Set{set}})
-	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
-	r.Set(tbl, "ns/b", ruleset.Fragment{Elements: []nft.Element{shared}})
-	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
+	r.Set(tbl, Owner{}, ruleset.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, Owner{"ns", "a"}, ruleset.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
+	r.Set(tbl, Owner{"ns", "b"}, ruleset.Fragment{Elements: []nft.Element{shared}})
+	r.Set(tbl, Owner{"ns", "a"}, ruleset.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
 	f.RefuseOp = func(op nft.Op) syscall.Errno {
 		if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == shared.Key[0] {
 			return syscall.EPERM
@@ -470,7 +470,7 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 		return 0
 	}
 	_, err := r.Commit(context.Background(), false)
-	if owner, ok := RefusedOwner(err); !ok || owner != "ns/b" {
+	if owner, ok := RefusedOwner(err); !ok || owner != (Owner{"ns", "b"}) {
 		t.Fatalf("RefusedOwner(%v) = %q, %v; want ns/b, the owner that still holds the element", err, owner, ok)
 	}
 }

@@ -21,6 +21,9 @@ func sharedMap() nft.Set {
 	return nft.Set{Name: "m", Key: []nft.Type{nft.TypeIPv4Addr}, Data: []nft.Type{nft.TypeIPv4Addr}}
 }
 
+// ownerA and ownerB are the two Services of the shared-chain tests.
+var ownerA, ownerB = Owner{"ns", "a"}, Owner{"ns", "b"}
+
 func pickChain() ruleset.ChainDef {
 	return ruleset.ChainDef{Chain: nft.Chain{Name: "pick"}, Rules: []nft.Rule{{Chain: "pick", Exprs: []nft.Expr{
 		nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: "m"}, nft.Verdict{Kind: nft.VerdictAccept}}}}}
@@ -69,25 +72,25 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 			}
 			return false
 		}
-		rec.Set(sharedTable, "", ruleset.Fragment{Sets: []nft.Set{sharedMap()}})
+		rec.Set(sharedTable, Owner{}, ruleset.Fragment{Sets: []nft.Set{sharedMap()}})
 		// "a" declares the chain twice (two ports with the same endpoint count): counted once.
-		rec.Set(sharedTable, "a", user(1, pickChain(), pickChain()))
-		rec.Set(sharedTable, "b", user(2, pickChain()))
+		rec.Set(sharedTable, ownerA, user(1, pickChain(), pickChain()))
+		rec.Set(sharedTable, ownerB, user(2, pickChain()))
 		commit()
 		if !has() {
 			t.Fatal("shared chain missing after the first commit")
 		}
-		rec.Set(sharedTable, "a", ruleset.Fragment{})
+		rec.Set(sharedTable, ownerA, ruleset.Fragment{})
 		commit()
 		clk.advance(2 * StaleChainDelay)
 		commit()
 		if !has() {
 			t.Fatal("shared chain removed with its first owner although another owner still declares it")
 		}
-		if owner, _ := rec.ownerOf(nft.Op{Table: sharedTable, Verb: nft.VerbAdd, Object: &nft.Chain{Name: "pick"}}); owner != "b" {
-			t.Errorf("owner of the shared chain after its first owner left = %q, want b", owner)
+		if owner, _ := rec.ownerOf(nft.Op{Table: sharedTable, Verb: nft.VerbAdd, Object: &nft.Chain{Name: "pick"}}); owner != ownerB {
+			t.Errorf("owner of the shared chain after its first owner left = %q, want ns/b", owner)
 		}
-		rec.Set(sharedTable, "b", user(2))
+		rec.Set(sharedTable, ownerB, user(2))
 		commit()
 		clk.advance(2 * StaleChainDelay)
 		commit()
@@ -102,8 +105,8 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 func TestNewChainRulesBeforeElements(t *testing.T) {
 	r := &recorder{Interface: nft.NewFake()}
 	rec := New(r, logr.Discard(), time.Now, sharedTable)
-	rec.Set(sharedTable, "", ruleset.Fragment{Sets: []nft.Set{sharedMap()}})
-	rec.Set(sharedTable, "a", user(1, pickChain()))
+	rec.Set(sharedTable, Owner{}, ruleset.Fragment{Sets: []nft.Set{sharedMap()}})
+	rec.Set(sharedTable, ownerA, user(1, pickChain()))
 	if _, err := rec.Commit(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
