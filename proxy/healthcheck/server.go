@@ -23,6 +23,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/proxier"
 )
 
 // Info is what one Service's health check needs.
@@ -43,6 +44,8 @@ type Observer interface {
 
 // Config configures a Server.
 type Config struct {
+	// NodeName selects the local endpoints counted after each sync (AfterCommit).
+	NodeName string
 	// Addresses, when set, are the exact addresses each port is opened on.
 	Addresses []netip.Addr
 	// NodePortCIDRs (--nodeport-addresses), when Addresses is empty: each port is opened on every
@@ -86,6 +89,14 @@ type service struct {
 // New returns a Server with no ports open.
 func New(cfg Config) *Server {
 	return &Server{cfg: cfg, services: map[model.ServiceKey]*service{}}
+}
+
+var _ proxier.Hook = (*Server)(nil)
+
+// AfterCommit serves the health checks the model asks for once a sync has committed its rules
+// (a proxier.Hook), so ports open and counts change after the rules that serve them.
+func (s *Server) AfterCommit(_ context.Context, c *proxier.Commit) error {
+	return s.Update(FromSnapshot(c.Snapshot(), s.cfg.NodeName))
 }
 
 // Update makes the served Services exactly svcs: it opens the ports of new Services, moves
