@@ -28,7 +28,6 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
 	"github.com/nftproxy/nftproxy/proxy/health"
-	"github.com/nftproxy/nftproxy/proxy/healthcheck"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
@@ -153,7 +152,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	// Health-check node ports follow the rules' state only (hs.Healthy), on the
 	// --nodeport-addresses only, as kube-proxy's.
-	hc := healthcheck.New(healthcheck.Config{NodeName: o.NodeName, Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
+	hc := health.NewCheckServer(health.CheckConfig{NodeName: o.NodeName, Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()
 	p.AddHook("health-check node ports", hc)
 	dm, err := metrics.NewDrift(reg)
