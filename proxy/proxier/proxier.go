@@ -190,7 +190,7 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 		}
 		for _, o := range p.rec.Owners(t) {
 			if !seen[o] {
-				p.rec.Set(t, o, ruleset.Fragment{})
+				p.rec.Set(t, o, reconciler.Fragment{})
 				p.stage(model.ServiceKey(o), nil)
 			}
 		}
@@ -241,7 +241,7 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 func (p *Proxier) refuse(owner reconciler.Owner, oe *nft.OpError) {
 	key := model.ServiceKey(owner)
 	for _, b := range p.builders {
-		p.rec.Set(b.Table(), owner, ruleset.Fragment{})
+		p.rec.Set(b.Table(), owner, reconciler.Fragment{})
 	}
 	p.refused[key] = true
 	p.stage(key, nil)

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 // Owner names who hands a fragment to Set: a Service, by namespace and name, or the base layout
@@ -125,7 +124,7 @@ func (r *Reconciler) ownerOf(op nft.Op) (Owner, bool) {
 		owner, ok := tb.setOwner[o.Name]
 		return owner, ok
 	case *nft.Element:
-		id := ruleset.ElementID(o)
+		id := ElementID(o)
 		e, ok := tb.desired.elems[id]
 		if !ok {
 			return Owner{}, false

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 // StaleChainDelay is how long a chain that is no longer wanted stays (flushed, unreferenced)
@@ -83,7 +82,7 @@ func (r *Reconciler) table(t nft.Table) *table {
 
 // Set records owner's fragment in table t (replacing its previous one). An empty fragment
 // removes the owner. Nothing reaches the kernel before Commit.
-func (r *Reconciler) Set(t nft.Table, owner Owner, f ruleset.Fragment) {
+func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	tb := r.table(t)
 	old := tb.owners[owner]
 	if old == nil {
@@ -163,7 +162,7 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f ruleset.Fragment) {
 	rec.elems = make([]string, 0, len(f.Elements))
 	for i := range f.Elements {
 		e := &f.Elements[i]
-		id := ruleset.ElementID(e)
+		id := ElementID(e)
 		if cur, ok := d.elems[id]; ok {
 			rec.elems = append(rec.elems, cur.id) // the index's copy of the ID: stored once
 			cur.refs++
