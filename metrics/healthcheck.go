@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nftproxy/nftproxy/proxy/healthcheck"
+	"github.com/nftproxy/nftproxy/proxy/health"
 )
 
 // Health-check node-port server metric names (externalTrafficPolicy=Local Services).
@@ -14,13 +14,13 @@ const (
 	HealthCheckNodePorts      = "nftproxy_healthcheck_node_ports"
 )
 
-// HealthCheck implements healthcheck.Observer.
+// HealthCheck implements health.CheckObserver.
 type HealthCheck struct {
 	failures prometheus.Counter
 	ports    *prometheus.GaugeVec
 }
 
-var _ healthcheck.Observer = (*HealthCheck)(nil)
+var _ health.CheckObserver = (*HealthCheck)(nil)
 
 // NewHealthCheck creates the health-check server collectors and registers them on reg. It
 // fails, registering nothing, if a name is taken.
@@ -45,10 +45,10 @@ func NewHealthCheck(reg prometheus.Registerer) (*HealthCheck, error) {
 	return m, nil
 }
 
-// ListenFailed implements healthcheck.Observer.
+// ListenFailed implements health.CheckObserver.
 func (m *HealthCheck) ListenFailed(uint16, error) { m.failures.Inc() }
 
-// Listeners implements healthcheck.Observer.
+// Listeners implements health.CheckObserver.
 func (m *HealthCheck) Listeners(serving, failed int) {
 	m.ports.WithLabelValues("serving").Set(float64(serving))
 	m.ports.WithLabelValues("failed").Set(float64(failed))

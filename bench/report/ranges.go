@@ -49,7 +49,7 @@ func MeasureRanges(ctx context.Context, services, runs, connects int) ([]RangeCo
 	if err != nil {
 		return nil, err
 	}
-	p := proxier.New(src, k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now, proxier.Options{})
+	p := proxier.New(src, k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now)
 	if _, err := p.Sync(ctx, false); err != nil {
 		return nil, err
 	}

@@ -131,7 +131,7 @@ func MeasureDrift(ctx context.Context, size, endpoints int, idle time.Duration) 
 	}
 	defer watcher.Close()
 	obs := &driftObserver{wake: make(chan struct{}, 1)}
-	p := proxier.New(workload.NewSource(w.Node, w.Services), k, []*ruleset.Builder{b}, obs, logr.Discard(), time.Now, proxier.Options{})
+	p := proxier.New(workload.NewSource(w.Node, w.Services), k, []*ruleset.Builder{b}, obs, logr.Discard(), time.Now)
 	runner := proxier.NewRunner(p, proxier.RunConfig{})
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -274,7 +274,7 @@ func plainSync(ctx context.Context, w *workload.Workload, b *ruleset.Builder) (t
 		return 0, 0, err
 	}
 	defer k.Close()
-	p := proxier.New(workload.NewSource(w.Node, w.Services), k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now, proxier.Options{})
+	p := proxier.New(workload.NewSource(w.Node, w.Services), k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now)
 	start := time.Now()
 	res, err := p.Sync(ctx, true)
 	return time.Since(start), res.Stats.Duration, err

@@ -227,7 +227,7 @@ func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (map
 			return nil, nil, nil, err
 		}
 		tk := &timed{k: k}
-		return proxier.New(src, tk, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now, proxier.Options{}), tk, func() { k.Close() }, nil
+		return proxier.New(src, tk, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now), tk, func() { k.Close() }, nil
 	}
 	p1, t1, close1, err := newProxier()
 	if err != nil {

@@ -99,22 +99,19 @@ func TestMatcherFamilies(t *testing.T) {
 	}
 }
 
+// TestMemory: each sync's committed Services are paired with what the last sync committed of
+// them. (A failed sync's Services wait in the proxier and come with the next successful sync's:
+// proxier's TestHooksSeeChangesOfFailedSyncs.)
 func TestMemory(t *testing.T) {
 	v1 := svc(dns(ep(pod1, 5353), ep(pod2, 5353)))
 	v2 := svc(dns(ep(pod2, 5353)))
 	v3 := svc(dns(ep(pod3, 5353)))
 	tcpOnly := &model.Service{Key: model.ServiceKey{Namespace: "ns", Name: "web"},
 		Ports: []model.ServicePort{{Name: model.PortName{Protocol: model.TCP}, Port: 80}}}
-	m := NewMemory()
-	step := func(name string, stage map[model.ServiceKey]*model.Service, commit bool, want []Change) {
+	m := newMemory()
+	step := func(name string, committed map[model.ServiceKey]*model.Service, want []Change) {
 		t.Helper()
-		for k, s := range stage {
-			m.Stage(k, s)
-		}
-		if !commit {
-			return
-		}
-		got := m.Commit()
+		got := m.changes(committed)
 		if len(got) != len(want) {
 			t.Fatalf("%s: got %d changes %+v, want %d %+v", name, len(got), got, len(want), want)
 		}
@@ -124,12 +121,11 @@ func TestMemory(t *testing.T) {
 			}
 		}
 	}
-	step("first sync: new", map[model.ServiceKey]*model.Service{svcKey: v1, tcpOnly.Key: tcpOnly}, true, []Change{{New: v1}})
-	step("nothing staged", nil, true, nil)
-	step("update", map[model.ServiceKey]*model.Service{svcKey: v2}, true, []Change{{Old: v1, New: v2}})
-	step("failed sync stages v3", map[model.ServiceKey]*model.Service{svcKey: v3}, false, nil)
-	step("retry pairs with the committed model", map[model.ServiceKey]*model.Service{svcKey: v3}, true, []Change{{Old: v2, New: v3}})
-	step("same pointer again: no change", map[model.ServiceKey]*model.Service{svcKey: v3}, true, nil)
-	step("delete", map[model.ServiceKey]*model.Service{svcKey: nil, tcpOnly.Key: nil}, true, []Change{{Old: v3}})
-	step("gone stays gone", map[model.ServiceKey]*model.Service{svcKey: nil}, true, nil)
+	step("first sync: new", map[model.ServiceKey]*model.Service{svcKey: v1, tcpOnly.Key: tcpOnly}, []Change{{New: v1}})
+	step("nothing committed", nil, nil)
+	step("update", map[model.ServiceKey]*model.Service{svcKey: v2}, []Change{{Old: v1, New: v2}})
+	step("next update pairs with the committed model", map[model.ServiceKey]*model.Service{svcKey: v3}, []Change{{Old: v2, New: v3}})
+	step("same pointer again: no change", map[model.ServiceKey]*model.Service{svcKey: v3}, nil)
+	step("delete", map[model.ServiceKey]*model.Service{svcKey: nil, tcpOnly.Key: nil}, []Change{{Old: v3}})
+	step("gone stays gone", map[model.ServiceKey]*model.Service{svcKey: nil}, nil)
 }

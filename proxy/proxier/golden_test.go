@@ -73,7 +73,7 @@ func TestSyncGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk := time.Unix(1_800_000_000, 0)
-			p := New(tr, kernel, []*ruleset.Builder{b}, nil, logr.Discard(), func() time.Time { return clk }, Options{})
+			p := New(tr, kernel, []*ruleset.Builder{b}, nil, logr.Discard(), func() time.Time { return clk })
 			ctx := context.Background()
 			sync := func() reconciler.Result {
 				t.Helper()

@@ -1,28 +1,24 @@
 // Package proxier is the sync step and loop of nftproxy: it takes what changed in the model,
 // builds those Services' nftables fragments for each family, and has the reconciler commit the
 // difference as one transaction. Run drives it: bursts coalesced, a minimum interval between
-// syncs, a periodic full resync that repairs drift, retries with backoff.
+// syncs, a periodic full resync that repairs drift, retries with backoff. What must follow the
+// committed rules (conntrack cleanup, the health-check node ports) runs as after-commit hooks
+// (AddHook), which the proxier calls without knowing what they do.
 package proxier
 
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/conntrack"
-	"github.com/nftproxy/nftproxy/proxy/healthcheck"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
-
-// baseOwner is the reconciler owner of the fixed layout.
-const baseOwner = ""
 
 // Observer receives what the proxier measures; metrics.Proxy implements it. Methods must not
 // block.
@@ -63,19 +59,6 @@ const maxRefusals = 8
 // whole, rules included), so the message fits an Event's note.
 const maxRefusalText = 400
 
-// Options are the optional parts of a Proxier: they observe the sync and act after it, never
-// failing it.
-type Options struct {
-	// Conntrack, when set, deletes stale UDP conntrack entries of the Services a sync changed
-	// (endpoints removed, ranges and all-ports included), so UDP flows move to live endpoints.
-	Conntrack *conntrack.Cleaner
-	// HealthCheck, when set, serves the health-check node ports of externalTrafficPolicy=Local
-	// Services, updated after every sync.
-	HealthCheck *healthcheck.Server
-	// NodeName selects local endpoints for the health checks.
-	NodeName string
-}
-
 // Proxier owns the builders and the reconciler. Sync is not safe for concurrent use; Run calls
 // it from one goroutine.
 type Proxier struct {
@@ -86,8 +69,10 @@ type Proxier struct {
 	log      logr.Logger
 	now      func() time.Time
 
-	opts     Options
-	ctMemory *conntrack.Memory
+	hooks []namedHook
+	// changed holds the Services staged for commit since the last successful sync, for the
+	// hooks (see Commit.Changed).
+	changed map[model.ServiceKey]*model.Service
 
 	primed bool // the whole model has been handed to the reconciler once
 
@@ -103,13 +88,14 @@ type Proxier struct {
 }
 
 // New returns a Proxier over kernel for the given families' builders.
-func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Observer, log logr.Logger, now func() time.Time, opts Options) *Proxier {
+// Hooks are added with AddHook.
+func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Observer, log logr.Logger, now func() time.Time) *Proxier {
 	var tables []nft.Table
 	for _, b := range builders {
 		tables = append(tables, b.Table())
 	}
-	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now, opts: opts,
-		ctMemory: conntrack.NewMemory(), rec: reconciler.New(kernel, log, now, tables...),
+	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now,
+		changed: map[model.ServiceKey]*model.Service{}, rec: reconciler.New(kernel, log, now, tables...),
 		refused: map[model.ServiceKey]bool{}}
 }
 
@@ -146,9 +132,9 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 			s := p.src.Service(k)
 			p.tried[k] = s
 			delete(p.refused, k)
-			p.ctMemory.Stage(k, s)
+			p.stage(k, s)
 			for _, b := range p.builders {
-				p.rec.Set(b.Table(), k.String(), b.Service(p.node, s))
+				p.rec.Set(b.Table(), reconciler.Owner(k), b.Service(p.node, s))
 			}
 		}
 	}
@@ -176,7 +162,7 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	if res.Repairs > 0 {
 		p.log.Info("repaired nftables drift", "objects", res.Repairs)
 	}
-	p.afterCommit(ctx)
+	p.afterCommit(ctx, res.Full)
 	p.log.V(2).Info("synced", "full", res.Full, "ops", res.Ops, "changedServices", len(ch.Services), "duration", d)
 	return res, nil
 }
@@ -192,22 +178,20 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 		}
 	}
 	for _, s := range snap.Services {
-		p.ctMemory.Stage(s.Key, s)
+		p.stage(s.Key, s)
 	}
 	for _, b := range p.builders {
 		t := b.Table()
-		seen := map[string]bool{baseOwner: true}
-		p.rec.Set(t, baseOwner, b.Base(snap.Node))
+		seen := map[reconciler.Owner]bool{{}: true} // the base layout
+		p.rec.Set(t, reconciler.Owner{}, b.Base(snap.Node))
 		for _, s := range snap.Sorted() {
-			seen[s.Key.String()] = true
-			p.rec.Set(t, s.Key.String(), b.Service(snap.Node, s))
+			seen[reconciler.Owner(s.Key)] = true
+			p.rec.Set(t, reconciler.Owner(s.Key), b.Service(snap.Node, s))
 		}
 		for _, o := range p.rec.Owners(t) {
 			if !seen[o] {
-				p.rec.Set(t, o, ruleset.Fragment{})
-				if ns, name, ok := strings.Cut(o, "/"); ok {
-					p.ctMemory.Stage(model.ServiceKey{Namespace: ns, Name: name}, nil)
-				}
+				p.rec.Set(t, o, reconciler.Fragment{})
+				p.stage(model.ServiceKey(o), nil)
 			}
 		}
 	}
@@ -234,13 +218,13 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 			continue
 		}
 		owner, ok := reconciler.RefusedOwner(err)
-		if !ok || owner == baseOwner || n == limit {
+		if !ok || owner.IsBase() || n == limit {
 			break
 		}
 		// Every Service with a refused op goes in one round (the kernel reports them all; the
 		// base layout never depends on a Service's objects, so none is refused for another's).
 		for _, rf := range reconciler.Refusals(err) {
-			if rf.Owner != baseOwner {
+			if !rf.Owner.IsBase() {
 				p.refuse(rf.Owner, rf.Err)
 			}
 		}
@@ -254,14 +238,13 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 
 // refuse takes owner's Service out of the ruleset and reports it with ReasonKernelRefused;
 // oe is the op of it the kernel refused.
-func (p *Proxier) refuse(owner string, oe *nft.OpError) {
-	ns, name, _ := strings.Cut(owner, "/")
-	key := model.ServiceKey{Namespace: ns, Name: name}
+func (p *Proxier) refuse(owner reconciler.Owner, oe *nft.OpError) {
+	key := model.ServiceKey(owner)
 	for _, b := range p.builders {
-		p.rec.Set(b.Table(), owner, ruleset.Fragment{})
+		p.rec.Set(b.Table(), owner, reconciler.Fragment{})
 	}
 	p.refused[key] = true
-	p.ctMemory.Stage(key, nil)
+	p.stage(key, nil)
 	what := oe.Error() // the refused op and the kernel's reason
 	if len(what) > maxRefusalText {
 		what = strings.ToValidUTF8(what[:maxRefusalText], "") + "…"
@@ -277,27 +260,6 @@ func (p *Proxier) refuse(owner string, oe *nft.OpError) {
 		return
 	}
 	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
-}
-
-// afterCommit runs what depends on the new rules being in place: stale UDP flows are deleted
-// only now (deleting them earlier would let the next datagram be DNATed by the old rules), and
-// the health checks report the committed state. Failures are logged, never fail the sync.
-func (p *Proxier) afterCommit(ctx context.Context) {
-	changes := p.ctMemory.Commit()
-	if p.opts.Conntrack != nil && len(changes) > 0 {
-		var nodeAddrs []netip.Addr
-		for _, b := range p.builders {
-			nodeAddrs = append(nodeAddrs, b.NodePortAddrs(p.node)...)
-		}
-		if _, err := p.opts.Conntrack.Cleanup(ctx, conntrack.Targets(nodeAddrs, changes)); err != nil {
-			p.log.Error(err, "stale UDP conntrack cleanup failed; those flows recover when their entries time out")
-		}
-	}
-	if p.opts.HealthCheck != nil {
-		if err := p.opts.HealthCheck.Update(healthcheck.FromSnapshot(p.src.Snapshot(), p.opts.NodeName)); err != nil {
-			p.log.Error(err, "health-check node ports")
-		}
-	}
 }
 
 // LastSuccess is when the last sync succeeded (zero before the first). Call it from the sync

@@ -83,7 +83,7 @@ func newProxier(t *testing.T, kernel nft.Interface, tr *model.Tracker, obs Obser
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(tr, kernel, []*ruleset.Builder{b}, obs, logr.Discard(), time.Now, Options{})
+	return New(tr, kernel, []*ruleset.Builder{b}, obs, logr.Discard(), time.Now)
 }
 
 var table4 = nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}

@@ -46,7 +46,7 @@ func tracedProxier(t *testing.T, k nft.Interface, tr *model.Tracker) *Proxier {
 	}
 	tr.UpsertNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: traceNode.String()}}}})
-	return New(tr, k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now, Options{})
+	return New(tr, k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now)
 }
 
 // frontends are the ways into one Service the tests trace: its ClusterIP from a pod (not

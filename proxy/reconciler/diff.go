@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 // keys are the names whose desired and applied states may differ. With allElems, every element
@@ -257,7 +256,7 @@ func (p *plan) commit(tb *table, now time.Time) {
 		if _, ok := d.chains[n]; ok {
 			copyChain(n)
 		} else if ac, ok := a.chains[n]; ok {
-			a.putChain(&ruleset.ChainDef{Chain: ac.Chain})
+			a.putChain(&ChainDef{Chain: ac.Chain})
 		}
 	}
 	for n := range p.keys.chains {

@@ -1,4 +1,4 @@
-package reconciler
+package reconciler_test
 
 import (
 	"flag"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden scripts in testdata/partial from what the reconciler sends")
@@ -57,19 +58,19 @@ func partialSyncs() []partialSync {
 			// svc-2 is the last user of the count-2 chains: its elements go, those chains are
 			// flushed now and deleted one StaleChainDelay later (the second transaction).
 			h.remove(goldenSvc("svc-2"))
-		}, func(h *harness) { h.clk.advance(StaleChainDelay) }}, ""},
+		}, func(h *harness) { h.clk.advance(reconciler.StaleChainDelay) }}, ""},
 		{"endpoint-count-change", []func(h *harness){func(h *harness) {
 			// svc-1 goes from 3 to 2 endpoints, a count svc-2 uses: its dispatch elements move to
 			// the count-2 chains, slot 2 goes, the count-3 chains are flushed now and deleted
 			// one StaleChainDelay later.
 			h.put(svc(1, 2))
-		}, func(h *harness) { h.clk.advance(StaleChainDelay) }}, ""},
+		}, func(h *harness) { h.clk.advance(reconciler.StaleChainDelay) }}, ""},
 		{"new-endpoint-count", []func(h *harness){func(h *harness) {
 			// svc-1 goes from 3 to 4 endpoints, a count nobody uses: new count-4 chains whose
 			// rules come before the elements that reach them, its dispatch elements move there,
 			// a new slot 3, and the count-3 chains go later.
 			h.put(svc(1, 4))
-		}, func(h *harness) { h.clk.advance(StaleChainDelay) }}, nftTypeofBug},
+		}, func(h *harness) { h.clk.advance(reconciler.StaleChainDelay) }}, nftTypeofBug},
 	}
 }
 

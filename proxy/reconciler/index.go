@@ -4,7 +4,6 @@ import (
 	"reflect"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 // elemEntry is one element and how many owners want it (a ClusterIP with several ports, an
@@ -14,20 +13,21 @@ type elemEntry struct {
 	// applied index share one copy of every element they agree on.
 	el *nft.Element
 	// id is the index's key, kept so that owners' records share its bytes.
-	id   string
-	refs int
-	// owner is the owner that first wanted the element (desired index only); shared is set once
-	// another owner wants it too, and then the owners are found by looking (see ownerOf).
-	owner  string
+	id string
+	// refs counts the owners that want the element (int32 keeps the entry in 64 bytes).
+	refs int32
+	// shared is set once an owner other than owner (the first that wanted it, desired index
+	// only) wants it too, and then the owners are found by looking (see ownerOf).
 	shared bool
+	owner  Owner
 }
 
 // index is one table's objects, by name: what we want (desired) or what the kernel holds
 // (applied).
 type index struct {
-	chains map[string]*ruleset.ChainDef
+	chains map[string]*ChainDef
 	sets   map[string]*nft.Set
-	elems  map[string]*elemEntry // by ruleset.ElementID
+	elems  map[string]*elemEntry // by ElementID
 	// perSet counts the elements of each set (a second map of every element's ID cost as much
 	// as the index itself: the few lookups by set scan elems, see eachInSets); refs lists, per
 	// set, the chains whose rules name it.
@@ -36,11 +36,11 @@ type index struct {
 }
 
 func newIndex() *index {
-	return &index{chains: map[string]*ruleset.ChainDef{}, sets: map[string]*nft.Set{}, elems: map[string]*elemEntry{},
+	return &index{chains: map[string]*ChainDef{}, sets: map[string]*nft.Set{}, elems: map[string]*elemEntry{},
 		perSet: map[string]int{}, refs: map[string]map[string]bool{}}
 }
 
-func (ix *index) putChain(c *ruleset.ChainDef) {
+func (ix *index) putChain(c *ChainDef) {
 	ix.delChain(c.Chain.Name)
 	ix.chains[c.Chain.Name] = c
 	for _, r := range c.Rules {
@@ -151,7 +151,7 @@ func indexFromDump(rs *nft.Ruleset) *index {
 		byChain[r.Chain] = append(byChain[r.Chain], r)
 	}
 	for _, c := range rs.Chains {
-		ix.putChain(&ruleset.ChainDef{Chain: c, Rules: byChain[c.Name]})
+		ix.putChain(&ChainDef{Chain: c, Rules: byChain[c.Name]})
 	}
 	for i := range rs.Sets {
 		s := rs.Sets[i]
@@ -159,7 +159,7 @@ func indexFromDump(rs *nft.Ruleset) *index {
 	}
 	for _, els := range rs.Elements {
 		for i := range els {
-			ix.putElem(ruleset.ElementID(&els[i]), &els[i])
+			ix.putElem(ElementID(&els[i]), &els[i])
 		}
 	}
 	return ix

@@ -5,8 +5,24 @@ import (
 	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
+
+// Owner names who hands a fragment to Set: a Service, by namespace and name, or the base layout
+// (the zero Owner). A type rather than a "namespace/name" string, so that nobody parses it back.
+type Owner struct {
+	Namespace, Name string
+}
+
+// IsBase reports whether o is the base layout's owner (the zero Owner).
+func (o Owner) IsBase() bool { return o == Owner{} }
+
+// String is "namespace/name" ("" for the base layout), for logs and the order of Owners.
+func (o Owner) String() string {
+	if o.IsBase() {
+		return ""
+	}
+	return o.Namespace + "/" + o.Name
+}
 
 // RefusedError is a Commit whose transaction the kernel refused, naming the op it refused (the
 // kernel's extended ack, or an op the encoder could not send). The transaction was aborted as a
@@ -16,7 +32,7 @@ import (
 type RefusedError struct {
 	// Owner is the owner (as given to Set) whose fragment holds the refused op's object; Owned
 	// is false when no owner does (the table itself, deleting an object nobody wants).
-	Owner string
+	Owner Owner
 	Owned bool
 	// Refusals lists, per owner, the first of its ops the kernel refused in the batch (Owner's
 	// first, when owned): the kernel reports them all (nft.OpError.Also).
@@ -26,7 +42,7 @@ type RefusedError struct {
 
 // Refusal is one owner's refused op.
 type Refusal struct {
-	Owner string
+	Owner Owner
 	Err   *nft.OpError
 }
 
@@ -55,19 +71,19 @@ func Refusals(err error) []Refusal {
 // RefusedOwner returns the owner of the op the kernel refused, if err is a Commit error that
 // names one. A refusal of an op no owner wants names none: that is a failure of the sync as a
 // whole.
-func RefusedOwner(err error) (string, bool) {
+func RefusedOwner(err error) (Owner, bool) {
 	var re *RefusedError
 	if errors.As(err, &re) && re.Owned {
 		return re.Owner, true
 	}
-	return "", false
+	return Owner{}, false
 }
 
 // refusedError builds the error of a transaction the kernel refused with oe.
 func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err error) *RefusedError {
 	re := &RefusedError{err: err}
 	re.Owner, re.Owned = r.ownerOf(tx.Ops[oe.Index])
-	seen := map[string]bool{}
+	seen := map[Owner]bool{}
 	for _, e := range append([]*nft.OpError{oe}, oe.Also...) {
 		if e.Index < 0 || e.Index >= tx.Len() {
 			continue
@@ -84,7 +100,7 @@ func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err erro
 // chain), of the set, or of the element. Chains and sets are looked up by name, elements by
 // their identity; only an element several owners want costs a search of the fragments, on
 // this failure path alone.
-func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
+func (r *Reconciler) ownerOf(op nft.Op) (Owner, bool) {
 	var tb *table
 	for _, t := range r.tables {
 		if t.t == op.Table {
@@ -92,7 +108,7 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 		}
 	}
 	if tb == nil {
-		return "", false
+		return Owner{}, false
 	}
 	switch o := op.Object.(type) {
 	case *nft.Chain:
@@ -100,7 +116,7 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 		return owner, ok
 	case *nft.Rule:
 		if op.Verb != nft.VerbAdd {
-			return "", false
+			return Owner{}, false
 		}
 		owner, ok := tb.chainOwner[o.Chain]
 		return owner, ok
@@ -108,10 +124,10 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 		owner, ok := tb.setOwner[o.Name]
 		return owner, ok
 	case *nft.Element:
-		id := ruleset.ElementID(o)
+		id := ElementID(o)
 		e, ok := tb.desired.elems[id]
 		if !ok {
-			return "", false
+			return Owner{}, false
 		}
 		if !e.shared {
 			return e.owner, true
@@ -122,16 +138,16 @@ func (r *Reconciler) ownerOf(op nft.Op) (string, bool) {
 			}
 		}
 	}
-	return "", false
+	return Owner{}, false
 }
 
 // anotherChainOwner names an owner other than except that declares chain (the shared chains of
 // the layout), for tracing a refusal once except no longer declares it. It searches the
 // fragments: only when the first declarer of a shared chain goes away.
-func (tb *table) anotherChainOwner(chain, except string) string {
-	best := ""
+func (tb *table) anotherChainOwner(chain string, except Owner) Owner {
+	var best Owner
 	for o, rec := range tb.owners {
-		if o != except && rec.declares(chain) && (best == "" || o < best) {
+		if o != except && rec.declares(chain) && (best.IsBase() || o.String() < best.String()) {
 			best = o
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 // StaleChainDelay is how long a chain that is no longer wanted stays (flushed, unreferenced)
@@ -41,11 +40,11 @@ type Counts struct{ Chains, Rules, Sets, Elements int }
 
 type table struct {
 	t      nft.Table
-	owners map[string]*ownerRecord
+	owners map[Owner]*ownerRecord
 	// chainOwner and setOwner name the owner of each desired chain and set, so that a refused
 	// op can be traced to the Service it came from (elements carry theirs in the index).
 	// Kept up to date by Set: the cost is the fragment's, never the table's.
-	chainOwner, setOwner map[string]string
+	chainOwner, setOwner map[string]Owner
 	chainRefs            map[string]int // owners declaring each desired chain
 	desired              *index
 	applied              *index // nil: unknown, read the kernel on the next Commit
@@ -65,8 +64,8 @@ type Reconciler struct {
 func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...nft.Table) *Reconciler {
 	r := &Reconciler{kernel: kernel, log: log, now: now}
 	for _, t := range tables {
-		r.tables = append(r.tables, &table{t: t, owners: map[string]*ownerRecord{},
-			chainOwner: map[string]string{}, setOwner: map[string]string{}, chainRefs: map[string]int{},
+		r.tables = append(r.tables, &table{t: t, owners: map[Owner]*ownerRecord{},
+			chainOwner: map[string]Owner{}, setOwner: map[string]Owner{}, chainRefs: map[string]int{},
 			desired: newIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
 	return r
@@ -83,7 +82,7 @@ func (r *Reconciler) table(t nft.Table) *table {
 
 // Set records owner's fragment in table t (replacing its previous one). An empty fragment
 // removes the owner. Nothing reaches the kernel before Commit.
-func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
+func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	tb := r.table(t)
 	old := tb.owners[owner]
 	if old == nil {
@@ -163,7 +162,7 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	rec.elems = make([]string, 0, len(f.Elements))
 	for i := range f.Elements {
 		e := &f.Elements[i]
-		id := ruleset.ElementID(e)
+		id := ElementID(e)
 		if cur, ok := d.elems[id]; ok {
 			rec.elems = append(rec.elems, cur.id) // the index's copy of the ID: stored once
 			cur.refs++
@@ -196,13 +195,21 @@ func (r *Reconciler) Set(t nft.Table, owner string, f ruleset.Fragment) {
 	}
 }
 
-// Owners lists the owners of table t, sorted.
-func (r *Reconciler) Owners(t nft.Table) []string {
-	var out []string
-	for o := range r.table(t).owners {
-		out = append(out, o)
+// Owners lists the owners of table t, sorted by their String (the base layout first).
+func (r *Reconciler) Owners(t nft.Table) []Owner {
+	type named struct {
+		o Owner
+		s string
 	}
-	sort.Strings(out)
+	all := make([]named, 0, len(r.table(t).owners))
+	for o := range r.table(t).owners {
+		all = append(all, named{o, o.String()})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].s < all[j].s })
+	out := make([]Owner, len(all))
+	for i, n := range all {
+		out[i] = n.o
+	}
 	return out
 }
 

@@ -1,4 +1,4 @@
-package reconciler
+package reconciler_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
@@ -48,7 +49,7 @@ type harness struct {
 	t        *testing.T
 	kernel   nft.Interface
 	clk      *clock
-	rec      *Reconciler
+	rec      *reconciler.Reconciler
 	builders []*ruleset.Builder
 	node     *model.Node
 	svcs     map[model.ServiceKey]*model.Service
@@ -67,9 +68,9 @@ func newHarness(t *testing.T, kernel nft.Interface) *harness {
 		h.builders = append(h.builders, b)
 		tables = append(tables, b.Table())
 	}
-	h.rec = New(kernel, logr.Discard(), h.clk.now, tables...)
+	h.rec = reconciler.New(kernel, logr.Discard(), h.clk.now, tables...)
 	for _, b := range h.builders {
-		h.rec.Set(b.Table(), "", b.Base(h.node))
+		h.rec.Set(b.Table(), reconciler.Owner{}, b.Base(h.node))
 	}
 	return h
 }
@@ -78,7 +79,7 @@ func (h *harness) put(svcs ...*model.Service) {
 	for _, s := range svcs {
 		h.svcs[s.Key] = s
 		for _, b := range h.builders {
-			h.rec.Set(b.Table(), s.Key.String(), b.Service(h.node, s))
+			h.rec.Set(b.Table(), reconciler.Owner(s.Key), b.Service(h.node, s))
 		}
 	}
 }
@@ -86,11 +87,11 @@ func (h *harness) put(svcs ...*model.Service) {
 func (h *harness) remove(k model.ServiceKey) {
 	delete(h.svcs, k)
 	for _, b := range h.builders {
-		h.rec.Set(b.Table(), k.String(), ruleset.Fragment{})
+		h.rec.Set(b.Table(), reconciler.Owner(k), reconciler.Fragment{})
 	}
 }
 
-func (h *harness) commit(full bool) Result {
+func (h *harness) commit(full bool) reconciler.Result {
 	h.t.Helper()
 	res, err := h.rec.Commit(context.Background(), full)
 	if err != nil {
@@ -104,7 +105,7 @@ func (h *harness) commit(full bool) Result {
 func (h *harness) check() {
 	h.t.Helper()
 	if h.rec.PendingCleanup() {
-		h.clk.advance(StaleChainDelay)
+		h.clk.advance(reconciler.StaleChainDelay)
 		h.commit(false)
 	}
 	var list []*model.Service
@@ -224,7 +225,7 @@ func TestRemovedChainsAreDeletedLater(t *testing.T) {
 		if res := h.commit(false); res.Ops != 0 {
 			t.Errorf("commit before StaleChainDelay sent %d ops, want 0", res.Ops)
 		}
-		h.clk.advance(StaleChainDelay)
+		h.clk.advance(reconciler.StaleChainDelay)
 		if res := h.commit(false); res.Ops == 0 {
 			t.Error("commit after StaleChainDelay deleted nothing")
 		}
@@ -327,7 +328,7 @@ func TestUnknownFailureRetriesFull(t *testing.T) {
 		if err == nil || !errors.Is(err, syscall.ENOBUFS) {
 			t.Fatalf("commit error = %v, want the lost reply's ENOBUFS wrapped", err)
 		}
-		if _, ok := RefusedOwner(err); ok {
+		if _, ok := reconciler.RefusedOwner(err); ok {
 			t.Errorf("an error naming no op was traced to an owner: %v", err)
 		}
 		after, _ := raw.Dump(context.Background(), tbl)
@@ -404,8 +405,8 @@ func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 		if err == nil {
 			t.Fatal("commit succeeded, want the injected refusal")
 		}
-		owner, ok := RefusedOwner(err)
-		if !ok || owner != bad.Key.String() {
+		owner, ok := reconciler.RefusedOwner(err)
+		if !ok || owner != reconciler.Owner(bad.Key) {
 			t.Fatalf("RefusedOwner(%v) = %q, %v; want %q", err, owner, ok, bad.Key)
 		}
 		// The kernel layer says which transaction failed; the reconciler does not say it again.
@@ -453,16 +454,16 @@ func TestLongAndOddNamesFullResyncRepairsNothing(t *testing.T) {
 func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 	f := nft.NewFake()
 	tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
-	r := New(f, logr.Discard(), time.Now, tbl)
+	r := reconciler.New(f, logr.Discard(), time.Now, tbl)
 	set := nft.Set{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}
 	shared := nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr("198.18.128.10"))}}
 	own := func(a string) nft.Element {
 		return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr(a))}}
 	}
-	r.Set(tbl, "", ruleset.Fragment{Sets: []nft.Set{set}})
-	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
-	r.Set(tbl, "ns/b", ruleset.Fragment{Elements: []nft.Element{shared}})
-	r.Set(tbl, "ns/a", ruleset.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
+	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "b"}, reconciler.Fragment{Elements: []nft.Element{shared}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
 	f.RefuseOp = func(op nft.Op) syscall.Errno {
 		if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == shared.Key[0] {
 			return syscall.EPERM
@@ -470,7 +471,7 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 		return 0
 	}
 	_, err := r.Commit(context.Background(), false)
-	if owner, ok := RefusedOwner(err); !ok || owner != "ns/b" {
+	if owner, ok := reconciler.RefusedOwner(err); !ok || owner != (reconciler.Owner{Namespace: "ns", Name: "b"}) {
 		t.Fatalf("RefusedOwner(%v) = %q, %v; want ns/b, the owner that still holds the element", err, owner, ok)
 	}
 }

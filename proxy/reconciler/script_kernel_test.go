@@ -1,4 +1,4 @@
-package reconciler
+package reconciler_test
 
 import (
 	"context"

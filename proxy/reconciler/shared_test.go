@@ -1,4 +1,4 @@
-package reconciler
+package reconciler_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // Raw fragments, independent of the layout: a map "m" and a chain "pick" that binds it, declared
@@ -21,14 +21,17 @@ func sharedMap() nft.Set {
 	return nft.Set{Name: "m", Key: []nft.Type{nft.TypeIPv4Addr}, Data: []nft.Type{nft.TypeIPv4Addr}}
 }
 
-func pickChain() ruleset.ChainDef {
-	return ruleset.ChainDef{Chain: nft.Chain{Name: "pick"}, Rules: []nft.Rule{{Chain: "pick", Exprs: []nft.Expr{
+// ownerA and ownerB are the two Services of the shared-chain tests.
+var ownerA, ownerB = reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Owner{Namespace: "ns", Name: "b"}
+
+func pickChain() reconciler.ChainDef {
+	return reconciler.ChainDef{Chain: nft.Chain{Name: "pick"}, Rules: []nft.Rule{{Chain: "pick", Exprs: []nft.Expr{
 		nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: "m"}, nft.Verdict{Kind: nft.VerdictAccept}}}}}
 }
 
-func user(i int, chains ...ruleset.ChainDef) ruleset.Fragment {
+func user(i int, chains ...reconciler.ChainDef) reconciler.Fragment {
 	a := netip.AddrFrom4([4]byte{198, 19, 0, byte(i)})
-	return ruleset.Fragment{Chains: chains, Elements: []nft.Element{{Set: "m", Key: []nft.Value{nft.Addr(a)}, Data: []nft.Value{nft.Addr(a)}}}}
+	return reconciler.Fragment{Chains: chains, Elements: []nft.Element{{Set: "m", Key: []nft.Value{nft.Addr(a)}, Data: []nft.Value{nft.Addr(a)}}}}
 }
 
 // recorder keeps the last transaction it applied.
@@ -46,9 +49,9 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
 		k := open()
 		clk := &clock{t: time.Unix(1_800_000_000, 0)}
-		rec := New(k, logr.Discard(), clk.now, sharedTable)
+		rec := reconciler.New(k, logr.Discard(), clk.now, sharedTable)
 		ctx := context.Background()
-		commit := func() Result {
+		commit := func() reconciler.Result {
 			t.Helper()
 			res, err := rec.Commit(ctx, false)
 			if err != nil {
@@ -69,27 +72,27 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 			}
 			return false
 		}
-		rec.Set(sharedTable, "", ruleset.Fragment{Sets: []nft.Set{sharedMap()}})
+		rec.Set(sharedTable, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{sharedMap()}})
 		// "a" declares the chain twice (two ports with the same endpoint count): counted once.
-		rec.Set(sharedTable, "a", user(1, pickChain(), pickChain()))
-		rec.Set(sharedTable, "b", user(2, pickChain()))
+		rec.Set(sharedTable, ownerA, user(1, pickChain(), pickChain()))
+		rec.Set(sharedTable, ownerB, user(2, pickChain()))
 		commit()
 		if !has() {
 			t.Fatal("shared chain missing after the first commit")
 		}
-		rec.Set(sharedTable, "a", ruleset.Fragment{})
+		rec.Set(sharedTable, ownerA, reconciler.Fragment{})
 		commit()
-		clk.advance(2 * StaleChainDelay)
+		clk.advance(2 * reconciler.StaleChainDelay)
 		commit()
 		if !has() {
 			t.Fatal("shared chain removed with its first owner although another owner still declares it")
 		}
-		if owner, _ := rec.ownerOf(nft.Op{Table: sharedTable, Verb: nft.VerbAdd, Object: &nft.Chain{Name: "pick"}}); owner != "b" {
-			t.Errorf("owner of the shared chain after its first owner left = %q, want b", owner)
+		if owner, _ := rec.OwnerOf(nft.Op{Table: sharedTable, Verb: nft.VerbAdd, Object: &nft.Chain{Name: "pick"}}); owner != ownerB {
+			t.Errorf("owner of the shared chain after its first owner left = %q, want ns/b", owner)
 		}
-		rec.Set(sharedTable, "b", user(2))
+		rec.Set(sharedTable, ownerB, user(2))
 		commit()
-		clk.advance(2 * StaleChainDelay)
+		clk.advance(2 * reconciler.StaleChainDelay)
 		commit()
 		if has() {
 			t.Fatal("shared chain still present after its last owner dropped it")
@@ -101,9 +104,9 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 // elements, so the kernel's bind-time walk of the map's elements finds only the old ones.
 func TestNewChainRulesBeforeElements(t *testing.T) {
 	r := &recorder{Interface: nft.NewFake()}
-	rec := New(r, logr.Discard(), time.Now, sharedTable)
-	rec.Set(sharedTable, "", ruleset.Fragment{Sets: []nft.Set{sharedMap()}})
-	rec.Set(sharedTable, "a", user(1, pickChain()))
+	rec := reconciler.New(r, logr.Discard(), time.Now, sharedTable)
+	rec.Set(sharedTable, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{sharedMap()}})
+	rec.Set(sharedTable, ownerA, user(1, pickChain()))
 	if _, err := rec.Commit(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +137,7 @@ func TestNewSetElementsAddedOnce(t *testing.T) {
 	seen := map[string]bool{}
 	for _, op := range r.last.Ops {
 		if e, ok := op.Object.(*nft.Element); ok {
-			id := op.Table.String() + " " + ruleset.ElementID(e)
+			id := op.Table.String() + " " + reconciler.ElementID(e)
 			if seen[id] {
 				t.Errorf("element %s added twice in one transaction", id)
 			}

@@ -8,21 +8,8 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
-
-// ChainDef is a chain with the rules it should hold, in order.
-type ChainDef struct {
-	Chain nft.Chain
-	Rules []nft.Rule
-}
-
-// Fragment is the part of the ruleset one owner (the base layout, or one Service) contributes:
-// its own chains and sets, and its elements, which may live in shared maps.
-type Fragment struct {
-	Chains   []ChainDef
-	Sets     []nft.Set
-	Elements []nft.Element
-}
 
 // Builder builds fragments for one family. It holds only its Config: every method is a pure
 // function of its arguments.
@@ -51,18 +38,15 @@ type baseChain struct {
 	priority int32
 }
 
-// baseChains lists the hooks nftproxy attaches to. Priorities: NAT at the standard dstnat (-100)
-// and srcnat (100); endpoint checks at -110 (before DNAT in output, so they still see the
-// service address); the ClusterIP check after DNAT at -90 (a packet still addressed to a
-// ClusterIP there hit no defined port).
+// baseChains lists the hooks nftproxy attaches to, at the priorities named in names.go.
 var baseChains = []baseChain{
-	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, -100},
-	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, -100},
-	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, 100},
-	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, -110},
-	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, -110},
-	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, -110},
-	{ChainFilterOutputDNATd, nft.ChainTypeFilter, nft.HookOutput, -90},
+	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, PriorityDNAT},
+	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, PriorityDNAT},
+	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, PrioritySNAT},
+	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, PriorityBeforeDNAT},
+	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, PriorityBeforeDNAT},
+	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, PriorityBeforeDNAT},
+	{ChainFilterOutputDNATd, nft.ChainTypeFilter, nft.HookOutput, PriorityAfterDNAT},
 }
 
 func rule(comment string, exprs ...nft.Expr) nft.Rule {
@@ -84,7 +68,7 @@ func vmap(m string, f []nft.Field) nft.VMap { return nft.VMap{Fields: f, Map: m}
 
 // Base returns the fixed layout: base chains, shared chains, shared sets and maps, and the
 // node-port addresses taken from node.
-func (b *Builder) Base(node *model.Node) Fragment {
+func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 	c := &b.cfg
 	addr := c.Family.AddrType()
 	verdictMap := func(name, comment string, interval bool, key ...nft.Type) nft.Set {
@@ -97,7 +81,7 @@ func (b *Builder) Base(node *model.Node) Fragment {
 	endpointMap := func(name, comment string, key ...nft.Type) nft.Set {
 		return nft.Set{Name: name, Key: append(key, nft.TypeInteger), Data: []nft.Type{addr, nft.TypeInetService}, NumgenKey: 1, Comment: comment}
 	}
-	var f Fragment
+	var f reconciler.Fragment
 	f.Sets = []nft.Set{
 		{Name: SetClusterIPs, Key: []nft.Type{addr}, Comment: "ClusterIPs of programmed Services"},
 		{Name: SetNodePortIPs, Key: []nft.Type{addr}, Comment: "node addresses that accept node ports"},
@@ -160,13 +144,13 @@ func (b *Builder) Base(node *model.Node) Fragment {
 		},
 	}
 	for _, bc := range baseChains {
-		f.Chains = append(f.Chains, ChainDef{
+		f.Chains = append(f.Chains, reconciler.ChainDef{
 			Chain: nft.Chain{Name: bc.name, Base: &nft.BaseChain{Type: bc.typ, Hook: bc.hook, Priority: bc.priority, Policy: nft.PolicyAccept}},
 			Rules: withChain(bc.name, rules[bc.name]),
 		})
 	}
 	for _, name := range []string{ChainServices, ChainMasquerading, ChainEndpointsCheck, ChainNodePortsCheck, ChainClusterIPsCheck, ChainReject} {
-		f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
+		f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
 	}
 	return f
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // usable returns the endpoints of this family that could take traffic, whatever their
@@ -54,14 +55,14 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 // of numgen matches for several, or, with ClientIP affinity, through the affinity rules. No
 // named map: a per-Service set would make every later set operation of the table slower
 // (the kernel walks a list of the table's sets).
-func (b *Builder) endpointChain(f *Fragment, p *portPlan, chain string, eps []model.Endpoint) {
+func (b *Builder) endpointChain(f *reconciler.Fragment, p *portPlan, chain string, eps []model.Endpoint) {
 	var rs []nft.Rule
 	if p.sp.AffinityTimeout > 0 {
 		rs = b.affinityRules(f, p, eps)
 	} else {
 		rs = b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })
 	}
-	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
+	f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
 }
 
 // cascade picks one of eps uniformly: rule i (from 0) matches "numgen random mod N-i 0" and
@@ -99,7 +100,7 @@ func (b *Builder) dnat(p *portPlan, ep model.Endpoint) []nft.Expr {
 // rule wins with probability 1/(N-i) once the earlier ones missed, so each endpoint gets 1/N),
 // and the winning rule records the client in that endpoint's set. No per-endpoint chains: the
 // cost is two rules per endpoint, in this Service's own chain.
-func (b *Builder) affinityRules(f *Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+func (b *Builder) affinityRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
 	var sticky []nft.Rule
 	for _, ep := range eps {
 		set := b.affinitySet(f, p, ep)
@@ -114,7 +115,7 @@ func (b *Builder) affinityRules(f *Fragment, p *portPlan, eps []model.Endpoint) 
 
 // affinitySet adds the endpoint's set of clients to f (once: the Cluster and Local chains share
 // it) and returns its name.
-func (b *Builder) affinitySet(f *Fragment, p *portPlan, ep model.Endpoint) string {
+func (b *Builder) affinitySet(f *reconciler.Fragment, p *portPlan, ep model.Endpoint) string {
 	set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
 	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
 		f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
@@ -140,7 +141,7 @@ func endpointText(ep model.Endpoint) string {
 // shared mode the shared masq-pick-N or local-M-of-N chain). As upstream, the LoadBalancer IPs themselves are allowed sources when
 // a node address is inside a range (a node reaching a VIP it holds locally uses the VIP as its
 // source). Node ports and external IPs are not filtered (upstream's KEP non-goal).
-func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan, target string) {
+func (b *Builder) firewall(f *reconciler.Fragment, node *model.Node, p *portPlan, target string) {
 	set, chain := SourceRangesSet(p.sp.Name), FirewallChain(p.sp.Name)
 	allowed := append([]netip.Prefix(nil), p.srcRanges...)
 	var nodeAddrs []netip.Addr
@@ -160,7 +161,7 @@ func (b *Builder) firewall(f *Fragment, node *model.Node, p *portPlan, target st
 	for _, r := range mergePrefixes(allowed) {
 		f.Elements = append(f.Elements, nft.Element{Set: set, Key: []nft.Value{nft.Addr(r[0])}, KeyEnd: []nft.Value{nft.Addr(r[1])}})
 	}
-	f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
+	f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
 		rule(comment(p.name, ": source outside loadBalancerSourceRanges: drop"),
 			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Neg: true, Set: set}, nft.MarkOr{Bits: b.cfg.DropMark}, nft.Verdict{Kind: nft.VerdictReturn}),
 		rule("", goTo(target)),

@@ -1,6 +1,8 @@
 // Package ruleset turns the service model into the nftables objects nftproxy wants in the kernel.
 // It is a pure function: no I/O, no clock, no kernel. The layout (which chains, maps and rules,
-// and why) is described in README.md next to this file.
+// and why) is described in README.md next to this file. It produces the reconciler's input, one
+// reconciler.Fragment per owner (the base layout, each Service): the builder depends on the
+// type of what it hands on, never the reverse.
 package ruleset
 
 import (
@@ -27,6 +29,21 @@ const (
 	ChainFilterForward     = "filter-forward"
 	ChainFilterOutput      = "filter-output"
 	ChainFilterOutputDNATd = "filter-output-post-dnat"
+)
+
+// Base chain priorities (README.md, "Hooks and priorities"). NAT sits at nft's standard dstnat
+// and srcnat priorities; the endpoint checks run just before DNAT (in output they must still see
+// the Service address), and the ClusterIP check just after it (a packet still addressed to a
+// ClusterIP there matched no defined port). Conntrack runs at -200, so every hook sees ct state.
+const (
+	// PriorityDNAT is nft's dstnat: nat-prerouting and nat-output.
+	PriorityDNAT int32 = -100
+	// PrioritySNAT is nft's srcnat: nat-postrouting.
+	PrioritySNAT int32 = 100
+	// PriorityBeforeDNAT is the endpoint checks' (filter-input, -forward, -output): before DNAT.
+	PriorityBeforeDNAT = PriorityDNAT - 10
+	// PriorityAfterDNAT is the ClusterIP check's (filter-output-post-dnat): after DNAT.
+	PriorityAfterDNAT = PriorityDNAT + 10
 )
 
 // Regular chains shared by all Services.

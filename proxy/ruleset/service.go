@@ -8,6 +8,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 func protoNumber(p model.Protocol) (uint8, bool) {
@@ -28,8 +29,8 @@ func protoNumber(p model.Protocol) (uint8, bool) {
 // LoadBalancer IP passes loadBalancerSourceRanges, so a Service's fragment must be rebuilt when
 // the node's zone label or addresses change. Endpoints are local when their NodeName is
 // Config.NodeName.
-func (b *Builder) Service(node *model.Node, svc *model.Service) Fragment {
-	var f Fragment
+func (b *Builder) Service(node *model.Node, svc *model.Service) reconciler.Fragment {
+	var f reconciler.Fragment
 	if svc == nil || svc.Rejected != nil {
 		return f
 	}
@@ -118,7 +119,7 @@ func (p *portPlan) internalChain() string {
 	return ServiceChain(p.sp.Name)
 }
 
-func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePort) {
+func (b *Builder) servicePort(f *reconciler.Fragment, node *model.Node, sp *model.ServicePort) {
 	p, ok := b.planPort(node, sp)
 	if !ok {
 		return
@@ -139,7 +140,7 @@ func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePo
 			b.endpointChain(f, p, LocalChain(sp.Name), p.cat.Local)
 		}
 		if p.ext {
-			f.Chains = append(f.Chains, ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
+			f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
 		}
 	}
 	if p.fw {
@@ -149,7 +150,7 @@ func (b *Builder) servicePort(f *Fragment, node *model.Node, sp *model.ServicePo
 }
 
 // hairpin adds "endpoint . endpoint" for every endpoint the port may pick, once each.
-func (b *Builder) hairpin(f *Fragment, p *portPlan) {
+func (b *Builder) hairpin(f *reconciler.Fragment, p *portPlan) {
 	as := make([]netip.Addr, 0, len(p.cat.Cluster)+len(p.cat.Local))
 	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
 		for _, ep := range eps {
@@ -184,7 +185,7 @@ func (b *Builder) elementCount(p *portPlan) int {
 
 // internalTarget is the chain a ClusterIP a of the port goes to (its slots put in place in
 // shared mode).
-func (b *Builder) internalTarget(f *Fragment, p *portPlan, a netip.Addr) string {
+func (b *Builder) internalTarget(f *reconciler.Fragment, p *portPlan, a netip.Addr) string {
 	if p.shared {
 		return b.sharedInternal(f, p, a)
 	}
@@ -193,7 +194,7 @@ func (b *Builder) internalTarget(f *Fragment, p *portPlan, a netip.Addr) string 
 
 // externalTarget is the chain the port's external frontends of kind k go to (behind the fw-
 // chain for LoadBalancer IPs with source ranges).
-func (b *Builder) externalTarget(f *Fragment, p *portPlan, k frontendKind) string {
+func (b *Builder) externalTarget(f *reconciler.Fragment, p *portPlan, k frontendKind) string {
 	if p.shared {
 		return b.sharedExternalChain(f, p, k)
 	}
@@ -201,7 +202,7 @@ func (b *Builder) externalTarget(f *Fragment, p *portPlan, k frontendKind) strin
 }
 
 // external is externalTarget for one frontend, whose slots it puts in place in shared mode.
-func (b *Builder) external(f *Fragment, p *portPlan, k frontendKind, front []nft.Value) string {
+func (b *Builder) external(f *reconciler.Fragment, p *portPlan, k frontendKind, front []nft.Value) string {
 	if p.shared {
 		b.externalSlots(f, p, k, front)
 	}
@@ -212,7 +213,7 @@ func (b *Builder) external(f *Fragment, p *portPlan, k frontendKind, front []nft
 // no-endpoint maps: reject when no endpoint exists anywhere, drop for ClusterIP traffic under
 // internalTrafficPolicy Local without a local endpoint. Each dispatch element carries the
 // Service port's name as its comment.
-func (b *Builder) dispatch(f *Fragment, p *portPlan) {
+func (b *Builder) dispatch(f *reconciler.Fragment, p *portPlan) {
 	sp := p.sp
 	dispatchMap, noEndpointMap := MapServiceIPs, MapNoEndpointServices
 	switch {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
@@ -186,7 +187,7 @@ func checkFragments(b *Batch, builders []*ruleset.Builder, snap model.Snapshot) 
 // reachesEndpoints reports whether the ClusterIPs of port pn of s reach endpoints in fragment f:
 // through chains of its own (own-chains mode), or through slots under a ClusterIP key in the
 // shared endpoint map (shared mode).
-func reachesEndpoints(f ruleset.Fragment, s *model.Service, pn model.PortName) bool {
+func reachesEndpoints(f reconciler.Fragment, s *model.Service, pn model.PortName) bool {
 	for _, c := range f.Chains {
 		if c.Chain.Name == ruleset.ServiceChain(pn) || c.Chain.Name == ruleset.LocalChain(pn) {
 			return true
@@ -222,7 +223,7 @@ func protoNumber(p model.Protocol) uint32 {
 }
 
 // fragmentLimits lists the names and comments of f that the kernel or nft would refuse.
-func fragmentLimits(f ruleset.Fragment) []string {
+func fragmentLimits(f reconciler.Fragment) []string {
 	var out []string
 	name := func(what, n string) {
 		if len(n) > maxNameBytes || !utf8.ValidString(n) || strings.ContainsRune(n, 0) || n == "" {

@@ -60,7 +60,7 @@ func TestGeneratedServicesKernel(t *testing.T) {
 	tr := newTracker(nodeName)
 	canary := canaryBatch(l.Pod(1))
 	feed(tr, canary)
-	px := proxier.New(tr, kernel, builders, nil, testr.New(t).V(1), time.Now, proxier.Options{NodeName: nodeName})
+	px := proxier.New(tr, kernel, builders, nil, testr.New(t).V(1), time.Now)
 	if _, err := px.Sync(ctx, true); err != nil {
 		t.Fatalf("first sync with only the canary: %v", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // TestGeneratedServicesPure is the property over many seeds without root: every generated
@@ -89,6 +89,6 @@ func TestLimitCheckCatchesLongComments(t *testing.T) {
 	}
 }
 
-func fragment(name, comment string) ruleset.Fragment {
-	return ruleset.Fragment{Chains: []ruleset.ChainDef{{Chain: nft.Chain{Name: name}, Rules: []nft.Rule{{Chain: name, Comment: comment}}}}}
+func fragment(name, comment string) reconciler.Fragment {
+	return reconciler.Fragment{Chains: []reconciler.ChainDef{{Chain: nft.Chain{Name: name}, Rules: []nft.Rule{{Chain: name, Comment: comment}}}}}
 }

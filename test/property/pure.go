@@ -49,7 +49,7 @@ func RunPure(b *Batch, nodeIPs []netip.Addr) (res PureResult) {
 // like the kernel) and compares the fake's tables with the desired ones.
 func applyFake(tr *model.Tracker, builders []*ruleset.Builder, want []*nft.Ruleset) []Failure {
 	fake := nft.NewFake()
-	p := proxier.New(tr, fake, builders, nil, logr.Discard(), time.Now, proxier.Options{})
+	p := proxier.New(tr, fake, builders, nil, logr.Discard(), time.Now)
 	if _, err := p.Sync(context.Background(), true); err != nil {
 		return []Failure{{What: fmt.Sprintf("the sync failed as a whole in the fake kernel: %v", err)}}
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
 	"github.com/nftproxy/nftproxy/proxy/health"
-	"github.com/nftproxy/nftproxy/proxy/healthcheck"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
@@ -111,7 +110,6 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer cleaner.Close()
-	opts := proxier.Options{Conntrack: cleaner, NodeName: o.NodeName}
 
 	src, err := newSource(&o, log, am, sm, pm)
 	if err != nil {
@@ -124,9 +122,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if r, ok := src.(interface{ Rescan() }); ok {
 		rescan = r.Rescan
 	}
-	// The health state reads the runner, which needs the proxier, which needs the health-check
-	// server, which asks the health state: the runner is assigned before anything runs.
-	var runner *proxier.Runner
+	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	p.AddHook("conntrack", conntrack.NewHook(cleaner))
+	rc := o.runConfig()
+	rc.Ready = src.Ready
+	runner := proxier.NewRunner(p, rc)
 	hs := &health.State{
 		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
 		FailingSince: func() time.Time { return runner.Status().FailingSince },
@@ -152,13 +152,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	// Health-check node ports follow the rules' state only (hs.Healthy), on the
 	// --nodeport-addresses only, as kube-proxy's.
-	hc := healthcheck.New(healthcheck.Config{Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
+	hc := health.NewCheckServer(health.CheckConfig{NodeName: o.NodeName, Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()
-	opts.HealthCheck = hc
-	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, opts)
-	rc := o.runConfig()
-	rc.Ready = src.Ready
-	runner = proxier.NewRunner(p, rc)
+	p.AddHook("health-check node ports", hc)
 	dm, err := metrics.NewDrift(reg)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
@@ -213,7 +209,8 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 		return err
 	}
 	defer cleaner.Close()
-	p := proxier.New(tracker, kernel, builders, pm, log, time.Now, proxier.Options{Conntrack: cleaner, NodeName: o.NodeName})
+	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	res, err := p.Sync(ctx, true)
 	if err != nil {
 		return err

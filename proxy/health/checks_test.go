@@ -1,4 +1,4 @@
-package healthcheck
+package health
 
 import (
 	"encoding/json"
@@ -49,7 +49,7 @@ func freePorts(t *testing.T, n int) []uint16 {
 
 type reply struct {
 	code   int
-	body   body
+	body   checkBody
 	weight string
 	ctype  string
 	err    error
@@ -99,9 +99,9 @@ func (r *recorder) Listeners(serving, failed int) {
 	r.serving, r.broken = serving, failed
 }
 
-func newServer(t *testing.T, healthy *atomic.Bool, obs Observer) *Server {
+func newServer(t *testing.T, healthy *atomic.Bool, obs CheckObserver) *CheckServer {
 	t.Helper()
-	s := New(Config{Addresses: []netip.Addr{netip.MustParseAddr(loopback)}, Healthy: healthy.Load, Observer: obs, Log: logr.Discard()})
+	s := NewCheckServer(CheckConfig{Addresses: []netip.Addr{netip.MustParseAddr(loopback)}, Healthy: healthy.Load, Observer: obs, Log: logr.Discard()})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -114,23 +114,23 @@ func TestServe(t *testing.T) {
 
 	steps := []struct {
 		name    string
-		update  map[model.ServiceKey]Info
+		update  map[model.ServiceKey]Check
 		healthy bool
 		probes  map[uint16]reply // nil reply field err means: want connection refused
 	}{
-		{"local endpoints: 200 with the count", map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 2}, rtp: {Port: ports[1]}}, true,
+		{"local endpoints: 200 with the count", map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 2}, rtp: {Port: ports[1]}}, true,
 			map[uint16]reply{ports[0]: want(200, web, 2, true), ports[1]: want(503, rtp, 0, true)}},
-		{"count changes without reopening", map[model.ServiceKey]Info{web: {Port: ports[0]}, rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
+		{"count changes without reopening", map[model.ServiceKey]Check{web: {Port: ports[0]}, rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
 			map[uint16]reply{ports[0]: want(503, web, 0, true), ports[1]: want(200, rtp, 1, true)}},
-		{"proxy unhealthy: 503 even with endpoints", map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 3}, rtp: {Port: ports[1], LocalEndpoints: 1}}, false,
+		{"proxy unhealthy: 503 even with endpoints", map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 3}, rtp: {Port: ports[1], LocalEndpoints: 1}}, false,
 			map[uint16]reply{ports[0]: want(503, web, 3, false), ports[1]: want(503, rtp, 1, false)}},
-		{"port moved: old one closed", map[model.ServiceKey]Info{web: {Port: ports[2], LocalEndpoints: 1}, rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
+		{"port moved: old one closed", map[model.ServiceKey]Check{web: {Port: ports[2], LocalEndpoints: 1}, rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
 			map[uint16]reply{ports[0]: {err: syscall.ECONNREFUSED}, ports[2]: want(200, web, 1, true), ports[1]: want(200, rtp, 1, true)}},
-		{"service gone: port closed", map[model.ServiceKey]Info{rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
+		{"service gone: port closed", map[model.ServiceKey]Check{rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
 			map[uint16]reply{ports[2]: {err: syscall.ECONNREFUSED}, ports[1]: want(200, rtp, 1, true)}},
-		{"port handed from one service to another in one update", map[model.ServiceKey]Info{web: {Port: ports[1], LocalEndpoints: 4}}, true,
+		{"port handed from one service to another in one update", map[model.ServiceKey]Check{web: {Port: ports[1], LocalEndpoints: 4}}, true,
 			map[uint16]reply{ports[1]: want(200, web, 4, true)}},
-		{"no port: nothing served", map[model.ServiceKey]Info{web: {}}, true,
+		{"no port: nothing served", map[model.ServiceKey]Check{web: {}}, true,
 			map[uint16]reply{ports[1]: {err: syscall.ECONNREFUSED}}},
 	}
 	for _, st := range steps {
@@ -168,7 +168,7 @@ func TestBindFailure(t *testing.T) {
 	healthy.Store(true)
 	obs := &recorder{}
 	s := newServer(t, &healthy, obs)
-	svcs := map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 1}, rtp: {Port: ports[1], LocalEndpoints: 1}}
+	svcs := map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}, rtp: {Port: ports[1], LocalEndpoints: 1}}
 
 	err = s.Update(svcs)
 	if err == nil || !strings.Contains(err.Error(), "ns/web") || !strings.Contains(err.Error(), fmt.Sprint(ports[0])) {
@@ -201,7 +201,7 @@ func TestClose(t *testing.T) {
 	ports := freePorts(t, 2)
 	var healthy atomic.Bool
 	s := newServer(t, &healthy, nil)
-	if err := s.Update(map[model.ServiceKey]Info{web: {Port: ports[0]}, rtp: {Port: ports[1]}}); err != nil {
+	if err := s.Update(map[model.ServiceKey]Check{web: {Port: ports[0]}, rtp: {Port: ports[1]}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -217,7 +217,7 @@ func TestClose(t *testing.T) {
 	}
 }
 
-func TestFromSnapshot(t *testing.T) {
+func TestChecksFromSnapshot(t *testing.T) {
 	const node = "node-1"
 	ep := func(addr, nodeName string, ready, terminating bool) model.Endpoint {
 		return model.Endpoint{Addr: netip.MustParseAddr(addr), Port: 80, Ready: ready, Serving: ready || terminating,
@@ -231,28 +231,28 @@ func TestFromSnapshot(t *testing.T) {
 	tests := []struct {
 		name string
 		svc  *model.Service
-		want map[model.ServiceKey]Info
+		want map[model.ServiceKey]Check
 	}{
 		{"local ready endpoints counted", svc(port("http", true, 32000,
 			ep("198.18.128.11", node, true, false), ep("198.18.128.12", node, true, false), ep("198.18.128.13", "node-2", true, false))),
-			map[model.ServiceKey]Info{web: {Port: 32000, LocalEndpoints: 2}}},
+			map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 2}}},
 		{"not ready and terminating do not count", svc(port("http", true, 32000,
 			ep("198.18.128.11", node, false, false), ep("198.18.128.12", node, false, true), ep("198.18.128.13", node, true, false))),
-			map[model.ServiceKey]Info{web: {Port: 32000, LocalEndpoints: 1}}},
+			map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 1}}},
 		{"no local endpoints: served with 0", svc(port("http", true, 32000, ep("198.18.128.13", "node-2", true, false))),
-			map[model.ServiceKey]Info{web: {Port: 32000}}},
+			map[model.ServiceKey]Check{web: {Port: 32000}}},
 		{"distinct pods over ports", svc(port("http", true, 32000, ep("198.18.128.11", node, true, false)),
 			port("https", true, 32000, ep("198.18.128.11", node, true, false), ep("198.18.128.12", node, true, false))),
-			map[model.ServiceKey]Info{web: {Port: 32000, LocalEndpoints: 2}}},
+			map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 2}}},
 		{"dual stack pods count once", svc(port("http", true, 32000, ep("198.18.128.11", node, true, false), ep("fd00:128::11", node, true, false))),
-			map[model.ServiceKey]Info{web: {Port: 32000, LocalEndpoints: 1}}},
-		{"cluster policy: none", svc(port("http", false, 0, ep("198.18.128.11", node, true, false))), map[model.ServiceKey]Info{}},
-		{"local without a health-check port: none", svc(port("http", true, 0, ep("198.18.128.11", node, true, false))), map[model.ServiceKey]Info{}},
-		{"rejected: none", &model.Service{Key: web, Rejected: &model.Rejection{Reason: "x"}}, map[model.ServiceKey]Info{}},
+			map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 1}}},
+		{"cluster policy: none", svc(port("http", false, 0, ep("198.18.128.11", node, true, false))), map[model.ServiceKey]Check{}},
+		{"local without a health-check port: none", svc(port("http", true, 0, ep("198.18.128.11", node, true, false))), map[model.ServiceKey]Check{}},
+		{"rejected: none", &model.Service{Key: web, Rejected: &model.Rejection{Reason: "x"}}, map[model.ServiceKey]Check{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := FromSnapshot(model.Snapshot{Services: map[model.ServiceKey]*model.Service{web: tc.svc}}, node)
+			got := ChecksFromSnapshot(model.Snapshot{Services: map[model.ServiceKey]*model.Service{web: tc.svc}}, node)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
@@ -268,10 +268,10 @@ func TestBindsOnlyNodePortAddresses(t *testing.T) {
 	local := func() ([]netip.Addr, error) {
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("192.0.2.1")}, nil
 	}
-	s := New(Config{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("198.51.100.0/24")},
+	s := NewCheckServer(CheckConfig{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("198.51.100.0/24")},
 		LocalAddrs: local, Log: logr.Discard()})
 	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Update(map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 1}}); err != nil {
+	if err := s.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("[127.0.0.2:%d]", ports[0])
@@ -291,9 +291,9 @@ func TestBindsOnlyNodePortAddresses(t *testing.T) {
 	}
 
 	// No node address inside the CIDRs: the port is not opened, and the error says why.
-	none := New(Config{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, LocalAddrs: local, Log: logr.Discard()})
+	none := NewCheckServer(CheckConfig{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, LocalAddrs: local, Log: logr.Discard()})
 	t.Cleanup(func() { _ = none.Close() })
-	if err := none.Update(map[model.ServiceKey]Info{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil || !strings.Contains(err.Error(), "--nodeport-addresses") {
+	if err := none.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil || !strings.Contains(err.Error(), "--nodeport-addresses") {
 		t.Errorf("no address in the CIDRs: Update error %v, want one naming --nodeport-addresses", err)
 	}
 }

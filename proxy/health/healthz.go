@@ -1,7 +1,11 @@
-// Package health serves /healthz and /livez with kube-proxy's semantics. Both follow the rules'
-// staleness, never the API server's reachability: cloud load balancers probe /healthz and the
-// health-check node ports follow the same verdict, so an unreachable control plane would
-// otherwise take every node out of every load balancer at once while the rules keep working.
+// Package health answers the probes of nftproxy's health, in two files: healthz.go serves
+// /healthz and /livez (State), checks.go the health-check node ports of
+// externalTrafficPolicy=Local Services (CheckServer), whose verdict includes State.Healthy.
+//
+// /healthz and /livez have kube-proxy's semantics. Both follow the rules' staleness, never the
+// API server's reachability: cloud load balancers probe /healthz and the health-check node
+// ports follow the same verdict, so an unreachable control plane would otherwise take every
+// node out of every load balancer at once while the rules keep working.
 //
 //   - /healthz fails while a change waits too long to be programmed, syncs keep failing, none has
 //     succeeded yet, or the Node is being deleted or tainted ToBeDeletedByClusterAutoscaler

@@ -1,11 +1,12 @@
-// Package healthcheck serves the health-check node ports of externalTrafficPolicy=Local
-// Services, as kube-proxy does: an external load balancer probes each node on the Service's
+package health
+
+// This file serves the health-check node ports of externalTrafficPolicy=Local Services, as
+// kube-proxy does: an external load balancer probes each node on the Service's
 // healthCheckNodePort and sends traffic only to nodes that answer 200, i.e. nodes with a ready
 // local endpoint. Every request on the port, whatever its path, gets 200 when the node has local
 // endpoints and the proxy is healthy, 503 otherwise, with a JSON body naming the Service and
 // the count, and the count again in X-Load-Balancing-Endpoint-Weight (used by weighted load
-// balancers).
-package healthcheck
+// balancers). Their verdict includes the proxy's own (State.Healthy, healthz.go).
 
 import (
 	"context"
@@ -23,26 +24,29 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/proxier"
 )
 
-// Info is what one Service's health check needs.
-type Info struct {
+// Check is what one Service's health check needs (ChecksFromSnapshot builds them).
+type Check struct {
 	// Port is the Service's healthCheckNodePort (0: none, nothing is served).
 	Port uint16
 	// LocalEndpoints is the number of ready endpoints on this node.
 	LocalEndpoints int
 }
 
-// Observer receives what the Server reports; metrics.HealthCheck implements it.
-type Observer interface {
+// CheckObserver receives what the CheckServer reports; metrics.HealthCheck implements it.
+type CheckObserver interface {
 	// ListenFailed reports a health-check port that could not be opened.
 	ListenFailed(port uint16, err error)
 	// Listeners reports how many Services' ports are served and how many failed, after an Update.
 	Listeners(serving, failed int)
 }
 
-// Config configures a Server.
-type Config struct {
+// CheckConfig configures a CheckServer.
+type CheckConfig struct {
+	// NodeName selects the local endpoints counted after each sync (AfterCommit).
+	NodeName string
 	// Addresses, when set, are the exact addresses each port is opened on.
 	Addresses []netip.Addr
 	// NodePortCIDRs (--nodeport-addresses), when Addresses is empty: each port is opened on every
@@ -59,14 +63,14 @@ type Config struct {
 	// draining node's local endpoints go away by themselves). Nil: always healthy.
 	Healthy func() bool
 	// Observer, when set, receives bind failures and listener counts.
-	Observer Observer
+	Observer CheckObserver
 	Log      logr.Logger
 }
 
-// Server holds one listener set per Service with a health-check node port. Its methods are safe
-// for concurrent use.
-type Server struct {
-	cfg Config
+// CheckServer serves the health-check node ports: one listener set per Service that has one.
+// Its methods are safe for concurrent use.
+type CheckServer struct {
+	cfg CheckConfig
 
 	update   sync.Mutex // one Update (listen and close) at a time
 	mu       sync.Mutex // guards services and their fields, held briefly (handlers read counts)
@@ -83,16 +87,24 @@ type service struct {
 	done    sync.WaitGroup
 }
 
-// New returns a Server with no ports open.
-func New(cfg Config) *Server {
-	return &Server{cfg: cfg, services: map[model.ServiceKey]*service{}}
+// NewCheckServer returns a CheckServer with no ports open.
+func NewCheckServer(cfg CheckConfig) *CheckServer {
+	return &CheckServer{cfg: cfg, services: map[model.ServiceKey]*service{}}
+}
+
+var _ proxier.Hook = (*CheckServer)(nil)
+
+// AfterCommit serves the health checks the model asks for once a sync has committed its rules
+// (a proxier.Hook), so ports open and counts change after the rules that serve them.
+func (s *CheckServer) AfterCommit(_ context.Context, c *proxier.Commit) error {
+	return s.Update(ChecksFromSnapshot(c.Snapshot(), s.cfg.NodeName))
 }
 
 // Update makes the served Services exactly svcs: it opens the ports of new Services, moves
 // changed ports, closes the ports of Services that are gone, and sets every local endpoint count.
 // A port that cannot be opened is reported (the returned error, the log, the Observer) and
 // retried on the next Update; the other Services are served regardless.
-func (s *Server) Update(svcs map[model.ServiceKey]Info) error {
+func (s *CheckServer) Update(svcs map[model.ServiceKey]Check) error {
 	s.update.Lock()
 	defer s.update.Unlock()
 	s.mu.Lock()
@@ -151,7 +163,7 @@ func (s *Server) Update(svcs map[model.ServiceKey]Info) error {
 }
 
 // hosts are the addresses a port is opened on ("" is the wildcard).
-func (s *Server) hosts() ([]string, error) {
+func (s *CheckServer) hosts() ([]string, error) {
 	addrs := s.cfg.Addresses
 	if len(addrs) == 0 && len(s.cfg.NodePortCIDRs) > 0 {
 		local := s.cfg.LocalAddrs
@@ -202,7 +214,7 @@ func interfaceAddrs() ([]netip.Addr, error) {
 }
 
 // listen opens svc's port on every configured address, all or none.
-func (s *Server) listen(svc *service) error {
+func (s *CheckServer) listen(svc *service) error {
 	hosts, err := s.hosts()
 	if err != nil {
 		s.mu.Lock()
@@ -225,7 +237,7 @@ func (s *Server) listen(svc *service) error {
 		}
 		lns = append(lns, ln)
 	}
-	h := &handler{s: s, key: svc.key}
+	h := &checkHandler{s: s, key: svc.key}
 	s.mu.Lock()
 	svc.failed = nil
 	for _, ln := range lns {
@@ -253,7 +265,7 @@ func (svc *service) close() {
 
 // Addrs returns the addresses the Service's health check listens on (none if it is not served
 // or failed), for logs and tests.
-func (s *Server) Addrs(key model.ServiceKey) []net.Addr {
+func (s *CheckServer) Addrs(key model.ServiceKey) []net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if svc := s.services[key]; svc != nil {
@@ -262,24 +274,24 @@ func (s *Server) Addrs(key model.ServiceKey) []net.Addr {
 	return nil
 }
 
-// Close closes every port. The Server may be updated again afterwards.
-func (s *Server) Close() error {
+// Close closes every port. The CheckServer may be updated again afterwards.
+func (s *CheckServer) Close() error {
 	return s.Update(nil)
 }
 
 // Run closes every port when ctx ends, for use as one of the daemon's goroutines.
-func (s *Server) Run(ctx context.Context) error {
+func (s *CheckServer) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return s.Close()
 }
 
-type handler struct {
-	s   *Server
+type checkHandler struct {
+	s   *CheckServer
 	key model.ServiceKey
 }
 
-// body is the JSON kube-proxy answers with.
-type body struct {
+// checkBody is the JSON kube-proxy answers with.
+type checkBody struct {
 	Service struct {
 		Namespace string `json:"namespace"`
 		Name      string `json:"name"`
@@ -288,7 +300,7 @@ type body struct {
 	ServiceProxyHealthy bool `json:"serviceProxyHealthy"`
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (h *checkHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h.s.mu.Lock()
 	svc := h.s.services[h.key]
 	count := 0
@@ -298,7 +310,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h.s.mu.Unlock()
 	healthy := h.s.cfg.Healthy == nil || h.s.cfg.Healthy()
 
-	var b body
+	var b checkBody
 	b.Service.Namespace, b.Service.Name = h.key.Namespace, h.key.Name
 	b.LocalEndpoints, b.ServiceProxyHealthy = count, healthy
 	out, _ := json.MarshalIndent(b, "", "\t") // cannot fail: plain strings, ints and bools
@@ -314,13 +326,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// FromSnapshot returns the health checks the model asks for on node nodeName: one per Service
+// ChecksFromSnapshot returns the health checks the model asks for on node nodeName: one per Service
 // with externalTrafficPolicy Local and a health-check node port, counting the distinct ready
 // endpoints on this node over all the Service's ports (terminating endpoints do not count, so a
 // node whose pods are all shutting down is drained, as upstream does). A dual-stack pod has an
 // endpoint in each family; the count is that of the family with more, i.e. the number of pods.
-func FromSnapshot(snap model.Snapshot, nodeName string) map[model.ServiceKey]Info {
-	out := map[model.ServiceKey]Info{}
+func ChecksFromSnapshot(snap model.Snapshot, nodeName string) map[model.ServiceKey]Check {
+	out := map[model.ServiceKey]Check{}
 	for k, svc := range snap.Services {
 		if svc == nil || svc.Rejected != nil {
 			continue
@@ -345,7 +357,7 @@ func FromSnapshot(snap model.Snapshot, nodeName string) map[model.ServiceKey]Inf
 			}
 		}
 		if port != 0 {
-			out[k] = Info{Port: port, LocalEndpoints: max(len(local4), len(local6))}
+			out[k] = Check{Port: port, LocalEndpoints: max(len(local4), len(local6))}
 		}
 	}
 	return out
