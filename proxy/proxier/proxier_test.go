@@ -377,13 +377,14 @@ func runWebWith(t *testing.T, cfg RunConfig) (*locked, *model.Tracker, *recorder
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
 	rec := &recorder{}
 	r := NewRunner(newProxier(t, fake, tr, rec), cfg)
+	// The web Service is in the model before the runner starts: its first sync must carry it
+	// (with a fixed hour between syncs, a first sync of an empty model would hold it back).
+	tr.UpsertService(service("web", "198.19.0.10"))
+	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-
-	tr.UpsertService(service("web", "198.19.0.10"))
-	tr.UpsertEndpointSlice(slice("web", "198.18.128.10"))
 	r.Notify()
 	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
 	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
