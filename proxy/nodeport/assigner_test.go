@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 )
@@ -110,11 +111,18 @@ func TestAssign(t *testing.T) {
 			want: map[string]wantSvc{"rtp": {nodePorts: []int32{0}, blocks: "rtp=16384-16393"}},
 		},
 		{
-			name: "a shifted block is refused and removed from the annotation",
+			name: "a shifted block is refused and replaced by the identity block, as the cluster controller does",
 			svcs: []*corev1.Service{newSvc("rtp", 0, annotate(rtp, "rtp=16384-16393"), annotate(npr, "rtp=20000-20009"),
 				port("rtp", "UDP", 16384, 0))},
+			want:     map[string]wantSvc{"rtp": {nodePorts: []int32{0}, blocks: "rtp=16384-16393"}},
+			problems: []wantProblem{{"default/rtp", "rtp", policy.ErrShiftedBlock}},
+		},
+		{
+			name: "a shifted block is refused and removed where no block may be allocated (KEP-1864)",
+			svcs: []*corev1.Service{newSvc("rtp", 0, allocateLB(false), annotate(rtp, "rtp=16384-16393"),
+				annotate(npr, "rtp=20000-20009"), port("rtp", "UDP", 16384, 0))},
 			want:     map[string]wantSvc{"rtp": {nodePorts: []int32{0}}},
-			problems: []wantProblem{{"default/rtp", "rtp", ErrShiftedBlock}},
+			problems: []wantProblem{{"default/rtp", "rtp", policy.ErrShiftedBlock}},
 		},
 		{
 			name: "two Services with the same range: the older gets the block",
@@ -413,6 +421,6 @@ func TestNoBlockRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSvc("rtp", 0, annotate(annotation.PortRangesKey, "rtp=16384-16393"), port("rtp", "UDP", 16384, 0))
-	checkProblems(t, assign(t, a, s), []wantProblem{{"default/rtp", "rtp", ErrNoBlockRange}})
+	checkProblems(t, assign(t, a, s), []wantProblem{{"default/rtp", "rtp", policy.ErrNoBlockRange}})
 	checkSvc(t, s, wantSvc{nodePorts: []int32{0}})
 }

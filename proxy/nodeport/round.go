@@ -1,7 +1,6 @@
 package nodeport
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
@@ -57,6 +57,9 @@ type plan struct {
 	// Service with its own reason, and the annotation is left as written.
 	requests         map[string]annotation.PortRange
 	requestsUnusable bool
+	// shifted are the ranged ports whose request was refused as shifted: they get their
+	// identity block where blocks may be allocated, as the cluster controller writes it.
+	shifted map[string]bool
 
 	nodePort []int        // result by spec index; 0 none
 	claimed  map[int]bool // node ports this Service holds in this round
@@ -80,7 +83,7 @@ func newRound(cfg Config) *round {
 
 func (r *round) addLive(svc *corev1.Service, file, key string, held svcEntry) {
 	p := &plan{key: key, file: file, svc: svc, held: held, nodePort: make([]int, len(svc.Spec.Ports)),
-		claimed: map[int]bool{}, blocks: map[string]allocator.Range{}}
+		claimed: map[int]bool{}, blocks: map[string]allocator.Range{}, shifted: map[string]bool{}}
 	if rs, err := annotation.ParseRanges(svc.Annotations[annotation.PortRangesKey]); err == nil {
 		p.ranges = map[string]annotation.PortRange{}
 		for _, x := range rs {
@@ -118,22 +121,22 @@ func (r *round) run() {
 	})
 	r.claimKept()
 	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
+		if policy.HasNodePorts(p.svc) {
 			r.reuse(p)
 		}
 	}
 	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
+		if policy.HasNodePorts(p.svc) {
 			r.static(p)
 		}
 	}
 	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
+		if policy.HasNodePorts(p.svc) {
 			r.dynamic(p)
 		}
 	}
 	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
+		if policy.HasNodePorts(p.svc) {
 			p.write()
 		}
 	}
@@ -163,7 +166,7 @@ func (r *round) claimKept() {
 		}
 		for _, be := range e.Blocks {
 			if r.blocks != nil {
-				if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), k+"/"+be.Name); err == nil {
+				if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), policy.BlockOwner(k, be.Name)); err == nil {
 					out.Blocks = append(out.Blocks, be)
 				}
 			}
@@ -206,7 +209,7 @@ func (r *round) reuse(p *plan) {
 		}
 		p.nodePort[i] = h
 	}
-	if h, want := p.held.HealthCheckNodePort, int(p.svc.Spec.HealthCheckNodePort); needsHealthCheck(p.svc) && h != 0 && (want == 0 || want == h) {
+	if h, want := p.held.HealthCheckNodePort, int(p.svc.Spec.HealthCheckNodePort); policy.NeedsHealthCheck(p.svc) && h != 0 && (want == 0 || want == h) {
 		if err := r.claimPort(p, h); err == nil {
 			p.hc = h
 		}
@@ -219,13 +222,13 @@ func (r *round) reuse(p *plan) {
 		if !ok {
 			continue
 		}
-		if req, asked := p.requests[name]; asked && (int(req.Start) != b.First || int(req.End) != b.Last) {
+		if req, asked := p.requests[name]; asked && policy.Block(req) != b {
 			continue
 		}
-		if b.First != int(own.Start) || b.Last != int(own.End) {
+		if b != policy.Block(own) {
 			continue // the range moved: its identity block moves with it
 		}
-		if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), p.key+"/"+name); err == nil {
+		if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name)); err == nil {
 			p.blocks[name] = b
 		}
 	}
@@ -245,7 +248,7 @@ func (r *round) static(p *plan) {
 		}
 		p.nodePort[i] = int(sp.NodePort)
 	}
-	if want := int(p.svc.Spec.HealthCheckNodePort); needsHealthCheck(p.svc) && want != 0 && p.hc == 0 {
+	if want := int(p.svc.Spec.HealthCheckNodePort); policy.NeedsHealthCheck(p.svc) && want != 0 && p.hc == 0 {
 		err := r.claimPort(p, want)
 		r.events = append(r.events, event{allocator.ScopeStatic, err == nil})
 		if err != nil {
@@ -272,40 +275,26 @@ func (r *round) static(p *plan) {
 // claimBlock claims the block req for ranged port name, refusing shifted blocks.
 func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
 	own := p.ranges[name]
-	b := allocator.Range{First: int(req.Start), Last: int(req.End)}
+	b := policy.Block(req)
 	switch {
-	case req.Start != own.Start:
-		r.problem(p.key, name, fmt.Errorf("%w %s for port range %s refused: a block must be the port range itself "+
-			"(node port p reaches port p), because a shifted mapping (node port N+i to port p+i) cannot be programmed "+
-			"faithfully with nftables on this kernel (see the nodeport package README); write %s=%d-%d or remove the entry",
-			ErrShiftedBlock, b, own, name, own.Start, own.End))
+	case b != policy.Block(own):
+		r.problem(p.key, name, policy.Shifted(own, req))
+		p.shifted[name] = true
 		return
 	case r.blocks == nil:
-		r.problem(p.key, name, fmt.Errorf("node-port block %s refused: %w; set the block range (outside the node-port range %s)",
-			b, ErrNoBlockRange, r.cfg.NodePortRange))
+		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, policy.ErrNoBlockRange))
 		return
 	}
-	_, err := r.blocks.AllocateBlockAt(b.First, b.Size(), p.key+"/"+name)
+	_, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name))
 	if err != nil {
-		r.problem(p.key, name, blockError(b, err, r.cfg))
+		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, err))
 		return
 	}
 	p.blocks[name] = b
 }
 
-// blockError explains a refused block: blocks are identity-mapped, so the fix is in the
-// Service's range or in the configured block range.
-func blockError(b allocator.Range, err error, cfg Config) error {
-	if errors.Is(err, allocator.ErrOutOfRange) {
-		return fmt.Errorf("node-port block %s is outside the block range %s: node-port blocks are the Service's own port range, "+
-			"which must lie inside the block range and never in the node-port range %s; move the port range or widen the block range: %w",
-			b, cfg.BlockRange, cfg.NodePortRange, err)
-	}
-	return fmt.Errorf("node-port block %s refused, the range is served without node ports: %w", b, err)
-}
-
 func (r *round) dynamic(p *plan) {
-	allocate := allocatesNodePorts(p.svc)
+	allocate := policy.AllocatesNew(p.svc)
 	for i := range p.svc.Spec.Ports {
 		sp := &p.svc.Spec.Ports[i]
 		if p.isRanged(sp.Name) || sp.NodePort != 0 || p.nodePort[i] != 0 {
@@ -327,7 +316,7 @@ func (r *round) dynamic(p *plan) {
 		p.claimed[n] = true
 		p.nodePort[i] = n
 	}
-	if needsHealthCheck(p.svc) && p.hc == 0 && p.svc.Spec.HealthCheckNodePort == 0 {
+	if policy.NeedsHealthCheck(p.svc) && p.hc == 0 && p.svc.Spec.HealthCheckNodePort == 0 {
 		n, err := r.nodePorts.Allocate(p.key)
 		r.events = append(r.events, event{allocator.ScopeDynamic, err == nil})
 		if err != nil {
@@ -341,7 +330,7 @@ func (r *round) dynamic(p *plan) {
 		return
 	}
 	for _, name := range p.rangedNames() {
-		if _, asked := p.requests[name]; asked {
+		if _, asked := p.requests[name]; asked && !p.shifted[name] {
 			continue
 		}
 		if _, done := p.blocks[name]; done {
@@ -381,7 +370,7 @@ func (p *plan) write() {
 			p.svc.Spec.Ports[i].NodePort = int32(p.nodePort[i])
 		}
 	}
-	if needsHealthCheck(p.svc) {
+	if policy.NeedsHealthCheck(p.svc) {
 		p.svc.Spec.HealthCheckNodePort = int32(p.hc)
 	}
 	if p.requestsUnusable {
@@ -413,7 +402,7 @@ func (r *round) result() map[string]svcEntry {
 		}
 	}
 	for _, p := range r.order {
-		if !needsNodePorts(p.svc) {
+		if !policy.HasNodePorts(p.svc) {
 			continue
 		}
 		e := svcEntry{File: p.file, HealthCheckNodePort: p.hc}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/allocator/controller"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/test/cluster"
 )
@@ -282,7 +283,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 					continue
 				}
 				seen = append(seen, e.Reason+" "+e.Note)
-				if e.Reason == controller.ReasonConflict && e.Type == corev1.EventTypeWarning &&
+				if e.Reason == policy.ReasonConflict && e.Type == corev1.EventTypeWarning &&
 					e.Related != nil && e.Related.Name == p.olderHolder && strings.Contains(e.Note, testNS+"/"+p.olderHolder) {
 					return true, "", nil
 				}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/allocator/controller"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 )
 
 // allocatorOptions are the flags of `nftproxy allocator`.
@@ -42,10 +42,10 @@ type allocatorOptions struct {
 func (o *allocatorOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server; in a pod without it, the in-cluster ServiceAccount is used")
 	fs.StringVar(&o.Master, "master", "", "API server address (https://HOST:PORT); overrides the kubeconfig's server, or in a pod the in-cluster address")
-	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange,
+	fs.StringVar(&o.BlockRange, "range-node-port-range", policy.DefaultBlockRange,
 		"where node-port blocks of port-range Services live (N1-N2); blocks are the Services' own ranges, so a range outside it gets none. "+
 			"Must not overlap --service-node-port-range nor the node's ephemeral ports")
-	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange,
+	fs.StringVar(&o.NodePortRange, "service-node-port-range", policy.DefaultNodePortRange,
 		"the API server's --service-node-port-range; blocks never overlap it")
 	fs.StringVar(&o.LocalPortRange, "ip-local-port-range", "",
 		"the nodes' ephemeral ports (N1-N2), which blocks must not overlap; empty: read "+controller.LocalPortRangeFile+
