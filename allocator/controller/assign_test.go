@@ -58,6 +58,14 @@ func TestStartUp(t *testing.T) {
 			want: map[string]string{"plain": "-", "stale": "-"},
 		},
 		{
+			// KEP-2610: all-ports never gets node ports; the proxies reject all-ports with
+			// port-ranges, and the block is not held meanwhile (as in manifest mode).
+			name: "an all-ports Service holds no block and a stale record is removed",
+			svcs: []*corev1.Service{svc("any", 0, "rtp=16384-16393", loadBalancer(nil), allPorts,
+				recordedAs("rtp=16384-16393"))},
+			want: map[string]string{"any": "-"},
+		},
+		{
 			name:   "a user-written identity block is a static request, kept as written",
 			svcs:   []*corev1.Service{svc("static", 0, "rtp=16384-16393", recordedAs("rtp=16384-16393"))},
 			want:   map[string]string{"static": "rtp=16384-16393"},

@@ -65,6 +65,9 @@ func recordedAs(v string) opt {
 	return func(s *corev1.Service) { s.Annotations[annotation.NodePortRangesKey] = v }
 }
 
+// allPorts marks the Service all-ports.
+func allPorts(s *corev1.Service) { s.Annotations[annotation.AllPortsKey] = "true" }
+
 func ofType(t corev1.ServiceType) opt { return func(s *corev1.Service) { s.Spec.Type = t } }
 
 func loadBalancer(allocate *bool) opt {

@@ -30,12 +30,25 @@ const DefaultNodePortRange = "30000-32767"
 const DefaultBlockRange = "20000-29999"
 
 // HasNodePorts reports whether a Service has node ports at all: type NodePort or LoadBalancer,
-// and not headless (the proxies ignore headless Services). A Service that has none holds
-// nothing: what it held is released.
+// not headless (the proxies ignore headless Services), and not all-ports (KEP-2610: an
+// all-ports Service never gets node ports, and the proxies never program any it carries).
+// A Service that has none holds no node port or block: what it held is released. (Its
+// health-check node port follows NeedsHealthCheck.)
 func HasNodePorts(svc *corev1.Service) bool {
 	t := svc.Spec.Type
 	return (t == corev1.ServiceTypeNodePort || t == corev1.ServiceTypeLoadBalancer) &&
-		svc.Spec.ClusterIP != corev1.ClusterIPNone
+		svc.Spec.ClusterIP != corev1.ClusterIPNone && !allPorts(svc)
+}
+
+// allPorts: the all-ports annotation reads "true". A value that does not parse counts as not
+// all-ports; the proxies reject such a Service with its own reason.
+func allPorts(svc *corev1.Service) bool {
+	v, ok := svc.Annotations[annotation.AllPortsKey]
+	if !ok {
+		return false
+	}
+	b, err := annotation.ParseBool(v)
+	return err == nil && b
 }
 
 // AllocatesNew reports whether node ports and blocks the Service does not name may be handed
@@ -62,7 +75,8 @@ func KeepsHeld(svc *corev1.Service, named bool) bool {
 }
 
 // NeedsHealthCheck: the API server gives a health-check node port to LoadBalancer Services with
-// externalTrafficPolicy: Local, whatever allocateLoadBalancerNodePorts says.
+// externalTrafficPolicy: Local, whatever allocateLoadBalancerNodePorts says, all-ports ones
+// included: the node serves it (it forwards nothing), and the load balancer needs it.
 func NeedsHealthCheck(svc *corev1.Service) bool {
 	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.ClusterIP != corev1.ClusterIPNone &&
 		svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal

@@ -25,6 +25,10 @@ func allocateLB(b bool) func(*corev1.Service) {
 	return func(s *corev1.Service) { s.Spec.AllocateLoadBalancerNodePorts = &b }
 }
 
+func allPortsOn(v string) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Annotations = map[string]string{annotation.AllPortsKey: v} }
+}
+
 func headless(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }
 
 // TestEligibility: the rules both the controller and manifest mode apply.
@@ -42,6 +46,8 @@ func TestEligibility(t *testing.T) {
 		{"LoadBalancer not allocating (KEP-1864)", svc(lb, allocateLB(false)), true, false, true, false},
 		{"ClusterIP", svc(corev1.ServiceTypeClusterIP), false, false, false, false},
 		{"headless NodePort", svc(corev1.ServiceTypeNodePort, headless), false, false, false, false},
+		{"all-ports LoadBalancer (KEP-2610)", svc(lb, allPortsOn("true")), false, false, false, false},
+		{"all-ports false", svc(lb, allPortsOn("false")), true, true, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := []bool{HasNodePorts(tt.svc), AllocatesNew(tt.svc), KeepsHeld(tt.svc, true), KeepsHeld(tt.svc, false)}

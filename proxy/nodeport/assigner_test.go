@@ -148,6 +148,14 @@ func TestAssign(t *testing.T) {
 			want: map[string]wantSvc{"rtp": {nodePorts: []int32{0}}},
 		},
 		{
+			// KEP-2610: all-ports never gets node ports (the proxies never program them); its
+			// health-check node port is served (the load balancer needs it) and still given.
+			name: "an all-ports LoadBalancer gets no node ports, only its health-check node port",
+			svcs: []*corev1.Service{newSvc("any", 0, allocateLB(true), local(0), annotate(annotation.AllPortsKey, "true"),
+				port("tcp", "TCP", 1, 0), port("udp", "UDP", 1, 0))},
+			want: map[string]wantSvc{"any": {nodePorts: []int32{0, 0}, hc: dyn}},
+		},
+		{
 			name: "a node-port-ranges value the model rejects is left as written",
 			svcs: []*corev1.Service{newSvc("rtp", 0, annotate(rtp, "rtp=16384-16393"), annotate(npr, "rtp=16384-16390"),
 				port("rtp", "UDP", 16384, 0))},
@@ -255,6 +263,27 @@ func TestKEP1864(t *testing.T) {
 			t.Errorf("%s: got problems %v, want none", s.name, probs)
 		}
 		t.Run(s.name, func(t *testing.T) { checkSvc(t, s.svc, s.want) })
+	}
+}
+
+// TestAllPortsHoldsNoNodePort: an all-ports LoadBalancer (KEP-2610) takes no node port, not
+// even one written in its file: with a one-port range, a younger NodePort Service gets the port.
+func TestAllPortsHoldsNoNodePort(t *testing.T) {
+	a := newAssigner(t, allocator.MustParseRange("30000-30000"), "")
+	anyPorts := newSvc("any", 0, typ(corev1.ServiceTypeLoadBalancer), annotate(annotation.AllPortsKey, "true"),
+		port("tcp", "TCP", 1, 0), port("udp", "UDP", 1, 30000))
+	web := newSvc("web", 1, port("http", "TCP", 80, 0))
+	if probs := assign(t, a, anyPorts, web); len(probs) != 0 {
+		t.Errorf("got problems %v, want none", probs)
+	}
+	if got := web.Spec.Ports[0].NodePort; got != 30000 {
+		t.Errorf("web: got node port %d, want 30000 (the all-ports Service holds none)", got)
+	}
+	if got := anyPorts.Spec.Ports[0].NodePort; got != 0 {
+		t.Errorf("all-ports Service: got node port %d on its unset port, want 0", got)
+	}
+	if ports, hc, blocks, ok := a.Held("default/any"); ok {
+		t.Errorf("all-ports Service holds ports %v, health check %d, blocks %v; want nothing", ports, hc, blocks)
 	}
 }
 

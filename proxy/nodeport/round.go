@@ -120,27 +120,18 @@ func (r *round) run() {
 		return r.order[i].key < r.order[j].key
 	})
 	r.claimKept()
-	for _, p := range r.order {
-		if policy.HasNodePorts(p.svc) {
-			r.reuse(p)
-		}
-	}
-	for _, p := range r.order {
-		if policy.HasNodePorts(p.svc) {
-			r.static(p)
-		}
-	}
-	for _, p := range r.order {
-		if policy.HasNodePorts(p.svc) {
-			r.dynamic(p)
-		}
-	}
-	for _, p := range r.order {
-		if policy.HasNodePorts(p.svc) {
-			p.write()
+	for _, phase := range []func(*plan){r.reuse, r.static, r.dynamic, (*plan).write} {
+		for _, p := range r.order {
+			if p.assigned() {
+				phase(p)
+			}
 		}
 	}
 }
+
+// assigned: the Service gets node ports and blocks (policy.HasNodePorts), or at least a
+// health-check node port (an all-ports LoadBalancer with externalTrafficPolicy: Local).
+func (p *plan) assigned() bool { return policy.HasNodePorts(p.svc) || policy.NeedsHealthCheck(p.svc) }
 
 // claimKept re-claims everything held by Services whose file failed to load; the feeder still
 // serves their last good version, which has exactly these ports.
@@ -175,6 +166,15 @@ func (r *round) claimKept() {
 	}
 }
 
+// portsOf is the spec ports that get node ports: none for a Service without node ports (an
+// all-ports one, KEP-2610, whose nodePort values are left as written and never programmed).
+func (p *plan) portsOf() []corev1.ServicePort {
+	if !policy.HasNodePorts(p.svc) {
+		return nil
+	}
+	return p.svc.Spec.Ports
+}
+
 // isRanged: the ServicePort is a port range (it gets a block, never a single node port).
 func (p *plan) isRanged(name string) bool {
 	_, ok := p.ranges[name]
@@ -195,7 +195,7 @@ func (r *round) claimPort(p *plan, n int) error {
 }
 
 func (r *round) reuse(p *plan) {
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		h := p.held.port(sp.Name)
 		if p.isRanged(sp.Name) || h == 0 || (sp.NodePort != 0 && int(sp.NodePort) != h) {
@@ -235,7 +235,7 @@ func (r *round) reuse(p *plan) {
 }
 
 func (r *round) static(p *plan) {
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		if p.isRanged(sp.Name) || sp.NodePort == 0 || p.nodePort[i] != 0 {
 			continue
@@ -295,7 +295,7 @@ func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
 
 func (r *round) dynamic(p *plan) {
 	allocate := policy.AllocatesNew(p.svc)
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		if p.isRanged(sp.Name) || sp.NodePort != 0 || p.nodePort[i] != 0 {
 			continue
@@ -365,7 +365,7 @@ func (p *plan) rangedNames() []string {
 
 // write records the result on the Service object the model will see.
 func (p *plan) write() {
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		if !p.isRanged(p.svc.Spec.Ports[i].Name) {
 			p.svc.Spec.Ports[i].NodePort = int32(p.nodePort[i])
 		}
@@ -373,7 +373,7 @@ func (p *plan) write() {
 	if policy.NeedsHealthCheck(p.svc) {
 		p.svc.Spec.HealthCheckNodePort = int32(p.hc)
 	}
-	if p.requestsUnusable {
+	if p.requestsUnusable || !policy.HasNodePorts(p.svc) {
 		return
 	}
 	var entries []string
@@ -402,7 +402,7 @@ func (r *round) result() map[string]svcEntry {
 		}
 	}
 	for _, p := range r.order {
-		if !policy.HasNodePorts(p.svc) {
+		if !p.assigned() {
 			continue
 		}
 		e := svcEntry{File: p.file, HealthCheckNodePort: p.hc}
