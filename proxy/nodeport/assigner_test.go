@@ -234,35 +234,60 @@ func checkProblems(t *testing.T, got []Problem, want []wantProblem) {
 	}
 }
 
-// TestKEP1864: setting allocateLoadBalancerNodePorts false later takes nothing away; changing
-// the type away from LoadBalancer releases everything; back to a LoadBalancer without
-// allocation gets nothing new.
+// TestKEP1864: setting allocateLoadBalancerNodePorts false takes nothing away that the Service
+// still names; removing nodePort (or the block's entry) then releases it, so another Service
+// can take it and the node does not program it; changing the type away from LoadBalancer
+// releases everything; back to a LoadBalancer without allocation gets nothing new.
 func TestKEP1864(t *testing.T) {
 	a := newAssigner(t, testNodePorts, "")
 	mk := func(opts ...svcOpt) *corev1.Service {
-		base := []svcOpt{annotate(annotation.PortRangesKey, "rtp=16384-16393"),
-			port("http", "TCP", 80, 0), port("rtp", "UDP", 16384, 0)}
+		base := []svcOpt{annotate(annotation.PortRangesKey, "rtp=16384-16393")}
 		return newSvc("lb", 0, append(base, opts...)...)
 	}
-	first := mk(allocateLB(true))
+	unset := []svcOpt{port("http", "TCP", 80, 0), port("rtp", "UDP", 16384, 0)}
+	first := mk(append(unset, allocateLB(true))...)
 	assign(t, a, first)
-	wantPort := first.Spec.Ports[0].NodePort
+	held := first.Spec.Ports[0].NodePort
+	named := []svcOpt{allocateLB(false), port("http", "TCP", 80, held), port("rtp", "UDP", 16384, 0),
+		annotate(annotation.NodePortRangesKey, "rtp=16384-16393")}
 	steps := []struct {
-		name string
-		svc  *corev1.Service
-		want wantSvc
+		name   string
+		svc    *corev1.Service
+		others []*corev1.Service
+		want   wantSvc
 	}{
-		{"allocate false later keeps port and block", mk(allocateLB(false)), wantSvc{nodePorts: []int32{wantPort, 0}, blocks: "rtp=16384-16393"}},
-		{"still kept on the next load", mk(allocateLB(false)), wantSvc{nodePorts: []int32{wantPort, 0}, blocks: "rtp=16384-16393"}},
-		{"type ClusterIP releases", mk(typ(corev1.ServiceTypeClusterIP)), wantSvc{nodePorts: []int32{0, 0}}},
-		{"LoadBalancer without allocation gets nothing new", mk(allocateLB(false)), wantSvc{nodePorts: []int32{0, 0}}},
-		{"allocation back on gets a port and the block", mk(allocateLB(true)), wantSvc{nodePorts: []int32{dyn, 0}, blocks: "rtp=16384-16393"}},
+		{"allocation off, ports named: kept", mk(named...), nil,
+			wantSvc{nodePorts: []int32{held, 0}, blocks: "rtp=16384-16393"}},
+		{"still kept on the next load", mk(named...), nil,
+			wantSvc{nodePorts: []int32{held, 0}, blocks: "rtp=16384-16393"}},
+		// The port and the block are free at once: a younger Service asking for them gets them.
+		{"allocation off, nodePort and the block entry removed: released", mk(append(unset, allocateLB(false))...),
+			[]*corev1.Service{newSvc("other", 9, port("http", "TCP", 80, held)),
+				newSvc("media", 9, annotate(annotation.PortRangesKey, "rtp=16384-16393"), port("rtp", "UDP", 16384, 0))},
+			wantSvc{nodePorts: []int32{0, 0}}},
+		{"type ClusterIP releases", mk(append(unset, typ(corev1.ServiceTypeClusterIP))...), nil, wantSvc{nodePorts: []int32{0, 0}}},
+		{"LoadBalancer without allocation gets nothing new", mk(append(unset, allocateLB(false))...), nil, wantSvc{nodePorts: []int32{0, 0}}},
+		{"allocation back on gets a port and the block", mk(append(unset, allocateLB(true))...), nil,
+			wantSvc{nodePorts: []int32{dyn, 0}, blocks: "rtp=16384-16393"}},
 	}
 	for _, s := range steps {
-		if probs := assign(t, a, s.svc); len(probs) != 0 {
+		if probs := assign(t, a, append([]*corev1.Service{s.svc}, s.others...)...); len(probs) != 0 {
 			t.Errorf("%s: got problems %v, want none", s.name, probs)
 		}
-		t.Run(s.name, func(t *testing.T) { checkSvc(t, s.svc, s.want) })
+		t.Run(s.name, func(t *testing.T) {
+			checkSvc(t, s.svc, s.want)
+			if ports, _, blocks, ok := a.Held("default/lb"); len(s.want.blocks) == 0 && ok && len(blocks) != 0 {
+				t.Errorf("lb still holds ports %v, blocks %v; want no block", ports, blocks)
+			}
+			for _, o := range s.others {
+				if o.Name == "other" && o.Spec.Ports[0].NodePort != held {
+					t.Errorf("other: got node port %d, want %d released by lb", o.Spec.Ports[0].NodePort, held)
+				}
+				if o.Name == "media" && o.Annotations[annotation.NodePortRangesKey] != "rtp=16384-16393" {
+					t.Errorf("media: got blocks %q, want rtp=16384-16393 released by lb", o.Annotations[annotation.NodePortRangesKey])
+				}
+			}
+		})
 	}
 }
 

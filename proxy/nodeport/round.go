@@ -21,7 +21,8 @@ const HealthCheckPort = "healthCheckNodePort"
 //
 //  0. Services kept from files that failed to load: everything they held.
 //  1. Live Services, oldest first: what they held and still want (an explicit port equal to the
-//     held one, or a port left unset that the API server would patch from the old object).
+//     held one, or, while the Service allocates, a port left unset that the API server would
+//     patch from the old object: policy.KeepsHeld).
 //  2. Explicit requests not yet satisfied (nodePort, healthCheckNodePort, node-port-ranges
 //     entries), oldest first: the oldest requester wins a contested port.
 //  3. Dynamic allocation for what is still missing, oldest first.
@@ -198,7 +199,10 @@ func (r *round) reuse(p *plan) {
 	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		h := p.held.port(sp.Name)
-		if p.isRanged(sp.Name) || h == 0 || (sp.NodePort != 0 && int(sp.NodePort) != h) {
+		// KEP-1864: an unset port is patched from the held one only while the Service
+		// allocates; with allocateLoadBalancerNodePorts: false, removing nodePort releases it.
+		if p.isRanged(sp.Name) || h == 0 || (sp.NodePort != 0 && int(sp.NodePort) != h) ||
+			!policy.KeepsHeld(p.svc, sp.NodePort != 0) {
 			continue
 		}
 		if err := r.claimPort(p, h); err != nil {
@@ -222,11 +226,14 @@ func (r *round) reuse(p *plan) {
 		if !ok {
 			continue
 		}
-		if req, asked := p.requests[name]; asked && policy.Block(req) != b {
-			continue
-		}
 		if b != policy.Block(own) {
 			continue // the range moved: its identity block moves with it
+		}
+		// Kept while the annotation names it, or, unnamed, while the Service allocates
+		// (KEP-1864: removing the entry releases it), as the cluster controller keeps it.
+		req, asked := p.requests[name]
+		if !policy.KeepsHeld(p.svc, asked && policy.Block(req) == b) {
+			continue
 		}
 		if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name)); err == nil {
 			p.blocks[name] = b
@@ -265,6 +272,11 @@ func (r *round) static(p *plan) {
 		if !asked {
 			continue
 		}
+		if own := p.ranges[name]; policy.Block(req) != policy.Block(own) {
+			r.problem(p.key, name, policy.Shifted(own, req))
+			p.shifted[name] = true
+			continue
+		}
 		if _, done := p.blocks[name]; done {
 			continue
 		}
@@ -272,16 +284,11 @@ func (r *round) static(p *plan) {
 	}
 }
 
-// claimBlock claims the block req for ranged port name, refusing shifted blocks.
+// claimBlock claims the identity block req (the static phase has refused shifted ones) for
+// ranged port name.
 func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
-	own := p.ranges[name]
 	b := policy.Block(req)
-	switch {
-	case b != policy.Block(own):
-		r.problem(p.key, name, policy.Shifted(own, req))
-		p.shifted[name] = true
-		return
-	case r.blocks == nil:
+	if r.blocks == nil {
 		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, policy.ErrNoBlockRange))
 		return
 	}
