@@ -156,6 +156,12 @@ func TestAssign(t *testing.T) {
 			want: map[string]wantSvc{"any": {nodePorts: []int32{0, 0}, hc: dyn}},
 		},
 		{
+			name: "TCP and UDP of one range share one block, as in the cluster controller",
+			svcs: []*corev1.Service{newSvc("media", 0, annotate(rtp, "rtp-udp=16384-16393,rtp-tcp=16384-16393"),
+				port("rtp-udp", "UDP", 16384, 0), port("rtp-tcp", "TCP", 16384, 0))},
+			want: map[string]wantSvc{"media": {nodePorts: []int32{0, 0}, blocks: "rtp-udp=16384-16393,rtp-tcp=16384-16393"}},
+		},
+		{
 			name: "a node-port-ranges value the model rejects is left as written",
 			svcs: []*corev1.Service{newSvc("rtp", 0, annotate(rtp, "rtp=16384-16393"), annotate(npr, "rtp=16384-16390"),
 				port("rtp", "UDP", 16384, 0))},
@@ -309,6 +315,32 @@ func TestAllPortsHoldsNoNodePort(t *testing.T) {
 	}
 	if ports, hc, blocks, ok := a.Held("default/any"); ok {
 		t.Errorf("all-ports Service holds ports %v, health check %d, blocks %v; want nothing", ports, hc, blocks)
+	}
+}
+
+// TestSharedBlockKept: the block TCP and UDP of one range share is kept on the next load, and
+// kept for a Service whose file failed to load, for both ports.
+func TestSharedBlockKept(t *testing.T) {
+	a := newAssigner(t, testNodePorts, "")
+	mk := func() *corev1.Service {
+		return newSvc("media", 0, annotate(annotation.PortRangesKey, "rtp-udp=16384-16393,rtp-tcp=16384-16393"),
+			port("rtp-udp", "UDP", 16384, 0), port("rtp-tcp", "TCP", 16384, 0))
+	}
+	const want = "rtp-udp=16384-16393,rtp-tcp=16384-16393"
+	for i := range 2 {
+		s := mk()
+		if probs := assign(t, a, s); len(probs) != 0 {
+			t.Errorf("load %d: got problems %v, want none", i, probs)
+		}
+		if got := s.Annotations[annotation.NodePortRangesKey]; got != want {
+			t.Errorf("load %d: got blocks %q, want %q", i, got, want)
+		}
+	}
+	if _, err := a.Assign(objects(), []manifest.FileError{{File: "media.yaml"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, blocks, _ := a.Held("default/media"); len(blocks) != 2 {
+		t.Errorf("after a failed load: held blocks %v, want both ports' block kept", blocks)
 	}
 }
 

@@ -156,11 +156,16 @@ func (r *round) claimKept() {
 		if e.HealthCheckNodePort != 0 && r.nodePorts.AllocatePort(e.HealthCheckNodePort, k) == nil {
 			out.HealthCheckNodePort = e.HealthCheckNodePort
 		}
+		claimed := map[allocator.Range]bool{} // two ranged ports of one range share a block
 		for _, be := range e.Blocks {
-			if r.blocks != nil {
-				if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), policy.BlockOwner(k, be.Name)); err == nil {
-					out.Blocks = append(out.Blocks, be)
-				}
+			if r.blocks == nil {
+				continue
+			}
+			if claimed[be.Block] {
+				out.Blocks = append(out.Blocks, be)
+			} else if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), policy.BlockOwner(k, be.Name)); err == nil {
+				claimed[be.Block] = true
+				out.Blocks = append(out.Blocks, be)
 			}
 		}
 		r.kept[k] = out
@@ -235,9 +240,7 @@ func (r *round) reuse(p *plan) {
 		if !policy.KeepsHeld(p.svc, asked && policy.Block(req) == b) {
 			continue
 		}
-		if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name)); err == nil {
-			p.blocks[name] = b
-		}
+		_ = r.claimOwnBlock(p, name, b) // lost to a kept Service: asked for again below
 	}
 }
 
@@ -284,6 +287,22 @@ func (r *round) static(p *plan) {
 	}
 }
 
+// claimOwnBlock claims block b for ranged port name of p, sharing it when another ranged port
+// of p already holds the very same block (TCP and UDP of one range), as the controller does.
+func (r *round) claimOwnBlock(p *plan, name string, b allocator.Range) error {
+	for _, held := range p.blocks {
+		if held == b {
+			p.blocks[name] = b
+			return nil
+		}
+	}
+	if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name)); err != nil {
+		return err
+	}
+	p.blocks[name] = b
+	return nil
+}
+
 // claimBlock claims the identity block req (the static phase has refused shifted ones) for
 // ranged port name.
 func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
@@ -292,12 +311,9 @@ func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
 		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, policy.ErrNoBlockRange))
 		return
 	}
-	_, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name))
-	if err != nil {
+	if err := r.claimOwnBlock(p, name, b); err != nil {
 		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, err))
-		return
 	}
-	p.blocks[name] = b
 }
 
 func (r *round) dynamic(p *plan) {
