@@ -1,5 +1,6 @@
 // Package allocator hands out node ports from a configured range: single ports for ordinary
-// NodePort Services and contiguous blocks for port-range Services. It follows KEP-3668's split of
+// NodePort Services, and claims of contiguous blocks for port-range Services (identity-mapped, so
+// the caller names the block; README.md says why there is no dynamic block placement). It follows KEP-3668's split of
 // the range into a lower band kept for user-chosen (static) ports and an upper band used first for
 // ports the allocator picks (dynamic), so a static request rarely collides with an earlier
 // dynamic one. State can be snapshotted and restored, because the allocation must always be
@@ -145,7 +146,7 @@ func (a *Allocator) allocateLocked(owner string) (int, error) {
 		i = a.bits.freeFrom(0, a.offset, a.rand.IntN(a.offset))
 	}
 	if i < 0 {
-		return 0, &FullError{Width: 1, Free: 0, Range: a.r}
+		return 0, &FullError{Range: a.r}
 	}
 	a.bits.set(i)
 	a.used++
@@ -211,39 +212,10 @@ func (a *Allocator) Release(p int) error {
 	return nil
 }
 
-// AllocateBlock picks a contiguous block of width ports for owner. It takes the highest-addressed
-// free run that fits: that lands wholly inside the dynamic band whenever the band has such a run,
-// and otherwise reaches into the static band as little as possible. Blocks are packed from the
-// top rather than placed at random, because random single ports already scatter over the dynamic
-// band and random blocks would break it into runs too short for the next block.
-func (a *Allocator) AllocateBlock(width int, owner string) (Range, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	b, err := a.allocateBlockLocked(width, owner)
-	a.record(ScopeDynamic, err)
-	return b, err
-}
-
-func (a *Allocator) allocateBlockLocked(width int, owner string) (Range, error) {
-	if err := a.checkWidth(width); err != nil {
-		return Range{}, err
-	}
-	if err := checkOwner(owner); err != nil {
-		return Range{}, err
-	}
-	i := a.bits.highestRun(0, a.r.Size(), width)
-	if i < 0 {
-		return Range{}, &FullError{Width: width, Free: a.r.Size() - a.used, Range: a.r}
-	}
-	b := Range{First: a.r.First + i, Last: a.r.First + i + width - 1}
-	a.bits.setRun(i, i+width, true)
-	a.used += width
-	a.blocks[b.First] = blockClaim{r: b, owner: owner}
-	return b, nil
-}
-
-// AllocateBlockAt claims the block start..start+width-1 that the user asked for (a static
-// request, e.g. from a hand-written nftproxy.io/node-port-ranges annotation).
+// AllocateBlockAt claims the block start..start+width-1. Node-port blocks are identity-mapped
+// (a ranged port's block is its own range, allocator/policy), so the caller always knows where
+// a block goes and the allocator never picks one: it only checks that the ports are free and
+// in range, and records the owner.
 func (a *Allocator) AllocateBlockAt(start, width int, owner string) (Range, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -67,20 +67,3 @@ func (b bitmap) freeFrom(lo, hi, start int) int {
 	}
 	return b.firstFree(lo, start)
 }
-
-// highestRun returns the start of the highest-addressed run of width clear bits inside [lo, hi),
-// or -1.
-func (b bitmap) highestRun(lo, hi, width int) int {
-	run := 0
-	for i := hi - 1; i >= lo; i-- {
-		if b.get(i) {
-			run = 0
-			continue
-		}
-		run++
-		if run == width {
-			return i
-		}
-	}
-	return -1
-}

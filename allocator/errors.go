@@ -15,7 +15,7 @@ var (
 	ErrOutOfRange = errors.New("port outside the allocator's range")
 	// ErrAllocated: a requested port is held by someone else (see *AllocatedError for who).
 	ErrAllocated = errors.New("port already allocated")
-	// ErrFull: no free port, or no free run of the requested width, is left.
+	// ErrFull: no free port is left.
 	ErrFull = errors.New("port range full")
 	// ErrInvalidWidth: a block width is below 1 or wider than the whole range.
 	ErrInvalidWidth = errors.New("invalid block width")
@@ -88,20 +88,13 @@ func describe(r Range) string {
 	return "block " + r.String()
 }
 
-// FullError says what could not be found, so "no run of 100 free ports" is not mistaken for
-// "no free port at all".
+// FullError says that no port is left in the range, and which range.
 type FullError struct {
-	Width int   // 1 for a single port
-	Free  int   // free ports left in the range
 	Range Range // the allocator's range
 }
 
 func (e *FullError) Error() string {
-	if e.Width == 1 {
-		return fmt.Sprintf("no free port left in %s; release unused node ports or widen the range", e.Range)
-	}
-	return fmt.Sprintf("no run of %d contiguous free ports in %s (%d ports free in total); ask for a narrower block, release blocks or widen the range",
-		e.Width, e.Range, e.Free)
+	return fmt.Sprintf("no free port left in %s; release unused node ports or widen the range", e.Range)
 }
 
 // Is makes errors.Is(err, ErrFull) true.

@@ -12,11 +12,9 @@ func TestSnapshotJSONRoundTrip(t *testing.T) {
 	a := newTestAllocator(t, defaultRange, 3)
 	mustPort(t, a, 30005, "default/dns")
 	mustBlock(t, a, 31000, 100, "voip/rtp")
+	mustBlock(t, a, 32000, 10, "voip/sip")
 	if _, err := a.Allocate("default/web"); err != nil {
 		t.Fatalf("Allocate: %v", err)
-	}
-	if _, err := a.AllocateBlock(10, "voip/sip"); err != nil {
-		t.Fatalf("AllocateBlock: %v", err)
 	}
 	snap := a.Snapshot()
 	data, err := json.Marshal(snap)

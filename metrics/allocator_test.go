@@ -34,22 +34,22 @@ nftproxy_nodeport_allocator_allocation_errors_total{scope="static"} 0
 			name: "mixed requests",
 			run: func(t *testing.T, a *allocator.Allocator) {
 				mustNoErr(t, a.AllocatePort(32570, "ns/a"))
-				_, err := a.Allocate("ns/b")
+				_, err := a.AllocateBlockAt(32700, 10, "ns/c") // a block counts as one request
 				mustNoErr(t, err)
-				_, err = a.AllocateBlock(10, "ns/c")
+				_, err = a.Allocate("ns/b")
 				mustNoErr(t, err)
 				mustErr(t, a.AllocatePort(32570, "ns/d"), allocator.ErrAllocated)
 				mustErr(t, a.AllocatePort(80, "ns/d"), allocator.ErrOutOfRange)
-				_, err = a.AllocateBlock(0, "ns/e")
+				_, err = a.AllocateBlockAt(32750, 0, "ns/e")
 				mustErr(t, err, allocator.ErrInvalidWidth)
 			},
 			want: `
 nftproxy_nodeport_allocator_allocated_ports 12
 nftproxy_nodeport_allocator_available_ports 189
-nftproxy_nodeport_allocator_allocation_total{scope="dynamic"} 2
-nftproxy_nodeport_allocator_allocation_total{scope="static"} 1
-nftproxy_nodeport_allocator_allocation_errors_total{scope="dynamic"} 1
-nftproxy_nodeport_allocator_allocation_errors_total{scope="static"} 2
+nftproxy_nodeport_allocator_allocation_total{scope="dynamic"} 1
+nftproxy_nodeport_allocator_allocation_total{scope="static"} 2
+nftproxy_nodeport_allocator_allocation_errors_total{scope="dynamic"} 0
+nftproxy_nodeport_allocator_allocation_errors_total{scope="static"} 3
 `,
 		},
 		{

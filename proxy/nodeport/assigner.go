@@ -4,38 +4,27 @@
 // port-range Services (annotation nftproxy.io/node-port-ranges). Assignments are kept in a JSON
 // file under a state directory, so a Service keeps its ports across restarts.
 //
-// The rules follow the API server (see README.md for the full list): NodePort and LoadBalancer
-// Services get node ports; explicit ones are reserved (static), missing ones are allocated from
-// the dynamic band (KEP-3668); a LoadBalancer Service with allocateLoadBalancerNodePorts: false
-// gets no new ones but keeps those it holds (KEP-1864); a LoadBalancer Service with
-// externalTrafficPolicy: Local gets a health-check node port. A port-range Service gets an
-// identity-mapped block (node ports = its own range) from a separate range that never overlaps
-// the node-port range; blocks placed elsewhere are refused, because this kernel and nft cannot
-// express a shifted port mapping faithfully (README.md has the evidence).
+// The rules are the API server's and the cluster controller's, and live in allocator/policy,
+// which both this package and allocator/controller call: which Services get node ports and
+// blocks, when a held one is kept (KEP-1864), identity blocks, the default ranges and the
+// wording of refusals. This package applies them to manifest Services in phases (round.go):
+// explicit ports are reserved (static), missing ones are allocated from the dynamic band
+// (KEP-3668), a LoadBalancer Service with externalTrafficPolicy: Local gets a health-check node
+// port, and a port-range Service gets its identity block from a range that never overlaps the
+// node-port range.
 package nodeport
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 )
-
-// DefaultNodePortRange is the API server's default --service-node-port-range.
-const DefaultNodePortRange = "30000-32767"
-
-// DefaultBlockRange is the default range for node-port blocks of range Services. Blocks are
-// identity-mapped, so this is the set of ports a Service may open on every node address: it holds
-// no Kubernetes or common node-agent port (the former 1024-29999 held etcd's 2379, the API
-// server's 6443 and the kubelet's 10250), and lies below the default node-port range (so the two
-// never overlap) and below the kernel's default ephemeral range (32768-60999).
-const DefaultBlockRange = "20000-29999"
 
 // Config says where node ports and blocks come from and where assignments are kept.
 type Config struct {
@@ -75,14 +64,6 @@ func (p Problem) Error() string {
 // Unwrap returns the underlying error (allocator errors keep their sentinels for errors.Is).
 func (p Problem) Unwrap() error { return p.Err }
 
-// ErrShiftedBlock is wrapped by the Problem of a node-port block request that does not start at
-// the Service's own range start.
-var ErrShiftedBlock = errors.New("shifted node-port block")
-
-// ErrNoBlockRange is wrapped by the Problem of a range Service that needs a block while no block
-// range is configured.
-var ErrNoBlockRange = errors.New("no node-port block range configured")
-
 // Assigner assigns node ports and blocks to manifest Services. It is safe for concurrent use,
 // though the manifest watcher calls it from one goroutine.
 type Assigner struct {
@@ -104,10 +85,8 @@ func New(cfg Config, log logr.Logger) (*Assigner, error) {
 		if err := cfg.BlockRange.Validate(); err != nil {
 			return nil, fmt.Errorf("node-port block range: %w", err)
 		}
-		if cfg.BlockRange.Overlaps(cfg.NodePortRange) {
-			return nil, fmt.Errorf("node-port block range %s overlaps the node-port range %s; "+
-				"blocks must never take ordinary node ports, so choose disjoint ranges (for example %s with %s)",
-				cfg.BlockRange, cfg.NodePortRange, DefaultBlockRange, DefaultNodePortRange)
+		if err := policy.CheckDisjoint(cfg.BlockRange, cfg.NodePortRange); err != nil {
+			return nil, err
 		}
 	}
 	held, err := loadState(cfg.StateDir)
@@ -219,31 +198,4 @@ func (a *Assigner) Held(key string) (ports map[string]int, healthCheck int, bloc
 		blocks[b.Name] = b.Block
 	}
 	return ports, e.HealthCheckNodePort, blocks, true
-}
-
-// needsNodePorts: the Service type has node ports at all (headless Services are skipped, as the
-// model ignores them).
-func needsNodePorts(svc *corev1.Service) bool {
-	t := svc.Spec.Type
-	return (t == corev1.ServiceTypeNodePort || t == corev1.ServiceTypeLoadBalancer) &&
-		svc.Spec.ClusterIP != corev1.ClusterIPNone
-}
-
-// allocatesNodePorts: new node ports are handed out (KEP-1864: not for a LoadBalancer Service
-// with allocateLoadBalancerNodePorts: false; explicit and already-held ones still count).
-func allocatesNodePorts(svc *corev1.Service) bool {
-	if !needsNodePorts(svc) {
-		return false
-	}
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.AllocateLoadBalancerNodePorts != nil {
-		return *svc.Spec.AllocateLoadBalancerNodePorts
-	}
-	return true
-}
-
-// needsHealthCheck: the API server gives a health-check node port to LoadBalancer Services with
-// externalTrafficPolicy: Local, whatever allocateLoadBalancerNodePorts says.
-func needsHealthCheck(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.ClusterIP != corev1.ClusterIPNone &&
-		svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
 }

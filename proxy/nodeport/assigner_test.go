@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 )
@@ -110,11 +111,18 @@ func TestAssign(t *testing.T) {
 			want: map[string]wantSvc{"rtp": {nodePorts: []int32{0}, blocks: "rtp=16384-16393"}},
 		},
 		{
-			name: "a shifted block is refused and removed from the annotation",
+			name: "a shifted block is refused and replaced by the identity block, as the cluster controller does",
 			svcs: []*corev1.Service{newSvc("rtp", 0, annotate(rtp, "rtp=16384-16393"), annotate(npr, "rtp=20000-20009"),
 				port("rtp", "UDP", 16384, 0))},
+			want:     map[string]wantSvc{"rtp": {nodePorts: []int32{0}, blocks: "rtp=16384-16393"}},
+			problems: []wantProblem{{"default/rtp", "rtp", policy.ErrShiftedBlock}},
+		},
+		{
+			name: "a shifted block is refused and removed where no block may be allocated (KEP-1864)",
+			svcs: []*corev1.Service{newSvc("rtp", 0, allocateLB(false), annotate(rtp, "rtp=16384-16393"),
+				annotate(npr, "rtp=20000-20009"), port("rtp", "UDP", 16384, 0))},
 			want:     map[string]wantSvc{"rtp": {nodePorts: []int32{0}}},
-			problems: []wantProblem{{"default/rtp", "rtp", ErrShiftedBlock}},
+			problems: []wantProblem{{"default/rtp", "rtp", policy.ErrShiftedBlock}},
 		},
 		{
 			name: "two Services with the same range: the older gets the block",
@@ -138,6 +146,20 @@ func TestAssign(t *testing.T) {
 			name: "LoadBalancer with allocateLoadBalancerNodePorts false gets no block",
 			svcs: []*corev1.Service{newSvc("rtp", 0, allocateLB(false), annotate(rtp, "rtp=16384-16393"), port("rtp", "UDP", 16384, 0))},
 			want: map[string]wantSvc{"rtp": {nodePorts: []int32{0}}},
+		},
+		{
+			// KEP-2610: all-ports never gets node ports (the proxies never program them); its
+			// health-check node port is served (the load balancer needs it) and still given.
+			name: "an all-ports LoadBalancer gets no node ports, only its health-check node port",
+			svcs: []*corev1.Service{newSvc("any", 0, allocateLB(true), local(0), annotate(annotation.AllPortsKey, "true"),
+				port("tcp", "TCP", 1, 0), port("udp", "UDP", 1, 0))},
+			want: map[string]wantSvc{"any": {nodePorts: []int32{0, 0}, hc: dyn}},
+		},
+		{
+			name: "TCP and UDP of one range share one block, as in the cluster controller",
+			svcs: []*corev1.Service{newSvc("media", 0, annotate(rtp, "rtp-udp=16384-16393,rtp-tcp=16384-16393"),
+				port("rtp-udp", "UDP", 16384, 0), port("rtp-tcp", "TCP", 16384, 0))},
+			want: map[string]wantSvc{"media": {nodePorts: []int32{0, 0}, blocks: "rtp-udp=16384-16393,rtp-tcp=16384-16393"}},
 		},
 		{
 			name: "a node-port-ranges value the model rejects is left as written",
@@ -218,35 +240,107 @@ func checkProblems(t *testing.T, got []Problem, want []wantProblem) {
 	}
 }
 
-// TestKEP1864: setting allocateLoadBalancerNodePorts false later takes nothing away; changing
-// the type away from LoadBalancer releases everything; back to a LoadBalancer without
-// allocation gets nothing new.
+// TestKEP1864: setting allocateLoadBalancerNodePorts false takes nothing away that the Service
+// still names; removing nodePort (or the block's entry) then releases it, so another Service
+// can take it and the node does not program it; changing the type away from LoadBalancer
+// releases everything; back to a LoadBalancer without allocation gets nothing new.
 func TestKEP1864(t *testing.T) {
 	a := newAssigner(t, testNodePorts, "")
 	mk := func(opts ...svcOpt) *corev1.Service {
-		base := []svcOpt{annotate(annotation.PortRangesKey, "rtp=16384-16393"),
-			port("http", "TCP", 80, 0), port("rtp", "UDP", 16384, 0)}
+		base := []svcOpt{annotate(annotation.PortRangesKey, "rtp=16384-16393")}
 		return newSvc("lb", 0, append(base, opts...)...)
 	}
-	first := mk(allocateLB(true))
+	unset := []svcOpt{port("http", "TCP", 80, 0), port("rtp", "UDP", 16384, 0)}
+	first := mk(append(unset, allocateLB(true))...)
 	assign(t, a, first)
-	wantPort := first.Spec.Ports[0].NodePort
+	held := first.Spec.Ports[0].NodePort
+	named := []svcOpt{allocateLB(false), port("http", "TCP", 80, held), port("rtp", "UDP", 16384, 0),
+		annotate(annotation.NodePortRangesKey, "rtp=16384-16393")}
 	steps := []struct {
-		name string
-		svc  *corev1.Service
-		want wantSvc
+		name   string
+		svc    *corev1.Service
+		others []*corev1.Service
+		want   wantSvc
 	}{
-		{"allocate false later keeps port and block", mk(allocateLB(false)), wantSvc{nodePorts: []int32{wantPort, 0}, blocks: "rtp=16384-16393"}},
-		{"still kept on the next load", mk(allocateLB(false)), wantSvc{nodePorts: []int32{wantPort, 0}, blocks: "rtp=16384-16393"}},
-		{"type ClusterIP releases", mk(typ(corev1.ServiceTypeClusterIP)), wantSvc{nodePorts: []int32{0, 0}}},
-		{"LoadBalancer without allocation gets nothing new", mk(allocateLB(false)), wantSvc{nodePorts: []int32{0, 0}}},
-		{"allocation back on gets a port and the block", mk(allocateLB(true)), wantSvc{nodePorts: []int32{dyn, 0}, blocks: "rtp=16384-16393"}},
+		{"allocation off, ports named: kept", mk(named...), nil,
+			wantSvc{nodePorts: []int32{held, 0}, blocks: "rtp=16384-16393"}},
+		{"still kept on the next load", mk(named...), nil,
+			wantSvc{nodePorts: []int32{held, 0}, blocks: "rtp=16384-16393"}},
+		// The port and the block are free at once: a younger Service asking for them gets them.
+		{"allocation off, nodePort and the block entry removed: released", mk(append(unset, allocateLB(false))...),
+			[]*corev1.Service{newSvc("other", 9, port("http", "TCP", 80, held)),
+				newSvc("media", 9, annotate(annotation.PortRangesKey, "rtp=16384-16393"), port("rtp", "UDP", 16384, 0))},
+			wantSvc{nodePorts: []int32{0, 0}}},
+		{"type ClusterIP releases", mk(append(unset, typ(corev1.ServiceTypeClusterIP))...), nil, wantSvc{nodePorts: []int32{0, 0}}},
+		{"LoadBalancer without allocation gets nothing new", mk(append(unset, allocateLB(false))...), nil, wantSvc{nodePorts: []int32{0, 0}}},
+		{"allocation back on gets a port and the block", mk(append(unset, allocateLB(true))...), nil,
+			wantSvc{nodePorts: []int32{dyn, 0}, blocks: "rtp=16384-16393"}},
 	}
 	for _, s := range steps {
-		if probs := assign(t, a, s.svc); len(probs) != 0 {
+		if probs := assign(t, a, append([]*corev1.Service{s.svc}, s.others...)...); len(probs) != 0 {
 			t.Errorf("%s: got problems %v, want none", s.name, probs)
 		}
-		t.Run(s.name, func(t *testing.T) { checkSvc(t, s.svc, s.want) })
+		t.Run(s.name, func(t *testing.T) {
+			checkSvc(t, s.svc, s.want)
+			if ports, _, blocks, ok := a.Held("default/lb"); len(s.want.blocks) == 0 && ok && len(blocks) != 0 {
+				t.Errorf("lb still holds ports %v, blocks %v; want no block", ports, blocks)
+			}
+			for _, o := range s.others {
+				if o.Name == "other" && o.Spec.Ports[0].NodePort != held {
+					t.Errorf("other: got node port %d, want %d released by lb", o.Spec.Ports[0].NodePort, held)
+				}
+				if o.Name == "media" && o.Annotations[annotation.NodePortRangesKey] != "rtp=16384-16393" {
+					t.Errorf("media: got blocks %q, want rtp=16384-16393 released by lb", o.Annotations[annotation.NodePortRangesKey])
+				}
+			}
+		})
+	}
+}
+
+// TestAllPortsHoldsNoNodePort: an all-ports LoadBalancer (KEP-2610) takes no node port, not
+// even one written in its file: with a one-port range, a younger NodePort Service gets the port.
+func TestAllPortsHoldsNoNodePort(t *testing.T) {
+	a := newAssigner(t, allocator.MustParseRange("30000-30000"), "")
+	anyPorts := newSvc("any", 0, typ(corev1.ServiceTypeLoadBalancer), annotate(annotation.AllPortsKey, "true"),
+		port("tcp", "TCP", 1, 0), port("udp", "UDP", 1, 30000))
+	web := newSvc("web", 1, port("http", "TCP", 80, 0))
+	if probs := assign(t, a, anyPorts, web); len(probs) != 0 {
+		t.Errorf("got problems %v, want none", probs)
+	}
+	if got := web.Spec.Ports[0].NodePort; got != 30000 {
+		t.Errorf("web: got node port %d, want 30000 (the all-ports Service holds none)", got)
+	}
+	if got := anyPorts.Spec.Ports[0].NodePort; got != 0 {
+		t.Errorf("all-ports Service: got node port %d on its unset port, want 0", got)
+	}
+	if ports, hc, blocks, ok := a.Held("default/any"); ok {
+		t.Errorf("all-ports Service holds ports %v, health check %d, blocks %v; want nothing", ports, hc, blocks)
+	}
+}
+
+// TestSharedBlockKept: the block TCP and UDP of one range share is kept on the next load, and
+// kept for a Service whose file failed to load, for both ports.
+func TestSharedBlockKept(t *testing.T) {
+	a := newAssigner(t, testNodePorts, "")
+	mk := func() *corev1.Service {
+		return newSvc("media", 0, annotate(annotation.PortRangesKey, "rtp-udp=16384-16393,rtp-tcp=16384-16393"),
+			port("rtp-udp", "UDP", 16384, 0), port("rtp-tcp", "TCP", 16384, 0))
+	}
+	const want = "rtp-udp=16384-16393,rtp-tcp=16384-16393"
+	for i := range 2 {
+		s := mk()
+		if probs := assign(t, a, s); len(probs) != 0 {
+			t.Errorf("load %d: got problems %v, want none", i, probs)
+		}
+		if got := s.Annotations[annotation.NodePortRangesKey]; got != want {
+			t.Errorf("load %d: got blocks %q, want %q", i, got, want)
+		}
+	}
+	if _, err := a.Assign(objects(), []manifest.FileError{{File: "media.yaml"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, blocks, _ := a.Held("default/media"); len(blocks) != 2 {
+		t.Errorf("after a failed load: held blocks %v, want both ports' block kept", blocks)
 	}
 }
 
@@ -413,6 +507,6 @@ func TestNoBlockRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSvc("rtp", 0, annotate(annotation.PortRangesKey, "rtp=16384-16393"), port("rtp", "UDP", 16384, 0))
-	checkProblems(t, assign(t, a, s), []wantProblem{{"default/rtp", "rtp", ErrNoBlockRange}})
+	checkProblems(t, assign(t, a, s), []wantProblem{{"default/rtp", "rtp", policy.ErrNoBlockRange}})
 	checkSvc(t, s, wantSvc{nodePorts: []int32{0}})
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 )
 
@@ -17,7 +18,7 @@ import (
 // API server's default; blocks come from a wide block range that holds the RTP-style ranges the
 // tests use (the assigner's rules do not depend on the default, which is narrower).
 var (
-	testNodePorts = allocator.MustParseRange(DefaultNodePortRange)
+	testNodePorts = allocator.MustParseRange(policy.DefaultNodePortRange)
 	testBlocks    = allocator.MustParseRange("1024-29999")
 	epoch         = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 )

@@ -1,7 +1,6 @@
 package nodeport
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
@@ -21,7 +21,8 @@ const HealthCheckPort = "healthCheckNodePort"
 //
 //  0. Services kept from files that failed to load: everything they held.
 //  1. Live Services, oldest first: what they held and still want (an explicit port equal to the
-//     held one, or a port left unset that the API server would patch from the old object).
+//     held one, or, while the Service allocates, a port left unset that the API server would
+//     patch from the old object: policy.KeepsHeld).
 //  2. Explicit requests not yet satisfied (nodePort, healthCheckNodePort, node-port-ranges
 //     entries), oldest first: the oldest requester wins a contested port.
 //  3. Dynamic allocation for what is still missing, oldest first.
@@ -57,6 +58,9 @@ type plan struct {
 	// Service with its own reason, and the annotation is left as written.
 	requests         map[string]annotation.PortRange
 	requestsUnusable bool
+	// shifted are the ranged ports whose request was refused as shifted: they get their
+	// identity block where blocks may be allocated, as the cluster controller writes it.
+	shifted map[string]bool
 
 	nodePort []int        // result by spec index; 0 none
 	claimed  map[int]bool // node ports this Service holds in this round
@@ -80,7 +84,7 @@ func newRound(cfg Config) *round {
 
 func (r *round) addLive(svc *corev1.Service, file, key string, held svcEntry) {
 	p := &plan{key: key, file: file, svc: svc, held: held, nodePort: make([]int, len(svc.Spec.Ports)),
-		claimed: map[int]bool{}, blocks: map[string]allocator.Range{}}
+		claimed: map[int]bool{}, blocks: map[string]allocator.Range{}, shifted: map[string]bool{}}
 	if rs, err := annotation.ParseRanges(svc.Annotations[annotation.PortRangesKey]); err == nil {
 		p.ranges = map[string]annotation.PortRange{}
 		for _, x := range rs {
@@ -117,27 +121,18 @@ func (r *round) run() {
 		return r.order[i].key < r.order[j].key
 	})
 	r.claimKept()
-	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
-			r.reuse(p)
-		}
-	}
-	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
-			r.static(p)
-		}
-	}
-	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
-			r.dynamic(p)
-		}
-	}
-	for _, p := range r.order {
-		if needsNodePorts(p.svc) {
-			p.write()
+	for _, phase := range []func(*plan){r.reuse, r.static, r.dynamic, (*plan).write} {
+		for _, p := range r.order {
+			if p.assigned() {
+				phase(p)
+			}
 		}
 	}
 }
+
+// assigned: the Service gets node ports and blocks (policy.HasNodePorts), or at least a
+// health-check node port (an all-ports LoadBalancer with externalTrafficPolicy: Local).
+func (p *plan) assigned() bool { return policy.HasNodePorts(p.svc) || policy.NeedsHealthCheck(p.svc) }
 
 // claimKept re-claims everything held by Services whose file failed to load; the feeder still
 // serves their last good version, which has exactly these ports.
@@ -161,15 +156,29 @@ func (r *round) claimKept() {
 		if e.HealthCheckNodePort != 0 && r.nodePorts.AllocatePort(e.HealthCheckNodePort, k) == nil {
 			out.HealthCheckNodePort = e.HealthCheckNodePort
 		}
+		claimed := map[allocator.Range]bool{} // two ranged ports of one range share a block
 		for _, be := range e.Blocks {
-			if r.blocks != nil {
-				if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), k+"/"+be.Name); err == nil {
-					out.Blocks = append(out.Blocks, be)
-				}
+			if r.blocks == nil {
+				continue
+			}
+			if claimed[be.Block] {
+				out.Blocks = append(out.Blocks, be)
+			} else if _, err := r.blocks.AllocateBlockAt(be.Block.First, be.Block.Size(), policy.BlockOwner(k, be.Name)); err == nil {
+				claimed[be.Block] = true
+				out.Blocks = append(out.Blocks, be)
 			}
 		}
 		r.kept[k] = out
 	}
+}
+
+// portsOf is the spec ports that get node ports: none for a Service without node ports (an
+// all-ports one, KEP-2610, whose nodePort values are left as written and never programmed).
+func (p *plan) portsOf() []corev1.ServicePort {
+	if !policy.HasNodePorts(p.svc) {
+		return nil
+	}
+	return p.svc.Spec.Ports
 }
 
 // isRanged: the ServicePort is a port range (it gets a block, never a single node port).
@@ -192,10 +201,13 @@ func (r *round) claimPort(p *plan, n int) error {
 }
 
 func (r *round) reuse(p *plan) {
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		h := p.held.port(sp.Name)
-		if p.isRanged(sp.Name) || h == 0 || (sp.NodePort != 0 && int(sp.NodePort) != h) {
+		// KEP-1864: an unset port is patched from the held one only while the Service
+		// allocates; with allocateLoadBalancerNodePorts: false, removing nodePort releases it.
+		if p.isRanged(sp.Name) || h == 0 || (sp.NodePort != 0 && int(sp.NodePort) != h) ||
+			!policy.KeepsHeld(p.svc, sp.NodePort != 0) {
 			continue
 		}
 		if err := r.claimPort(p, h); err != nil {
@@ -206,7 +218,7 @@ func (r *round) reuse(p *plan) {
 		}
 		p.nodePort[i] = h
 	}
-	if h, want := p.held.HealthCheckNodePort, int(p.svc.Spec.HealthCheckNodePort); needsHealthCheck(p.svc) && h != 0 && (want == 0 || want == h) {
+	if h, want := p.held.HealthCheckNodePort, int(p.svc.Spec.HealthCheckNodePort); policy.NeedsHealthCheck(p.svc) && h != 0 && (want == 0 || want == h) {
 		if err := r.claimPort(p, h); err == nil {
 			p.hc = h
 		}
@@ -219,20 +231,21 @@ func (r *round) reuse(p *plan) {
 		if !ok {
 			continue
 		}
-		if req, asked := p.requests[name]; asked && (int(req.Start) != b.First || int(req.End) != b.Last) {
-			continue
-		}
-		if b.First != int(own.Start) || b.Last != int(own.End) {
+		if b != policy.Block(own) {
 			continue // the range moved: its identity block moves with it
 		}
-		if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), p.key+"/"+name); err == nil {
-			p.blocks[name] = b
+		// Kept while the annotation names it, or, unnamed, while the Service allocates
+		// (KEP-1864: removing the entry releases it), as the cluster controller keeps it.
+		req, asked := p.requests[name]
+		if !policy.KeepsHeld(p.svc, asked && policy.Block(req) == b) {
+			continue
 		}
+		_ = r.claimOwnBlock(p, name, b) // lost to a kept Service: asked for again below
 	}
 }
 
 func (r *round) static(p *plan) {
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		if p.isRanged(sp.Name) || sp.NodePort == 0 || p.nodePort[i] != 0 {
 			continue
@@ -245,7 +258,7 @@ func (r *round) static(p *plan) {
 		}
 		p.nodePort[i] = int(sp.NodePort)
 	}
-	if want := int(p.svc.Spec.HealthCheckNodePort); needsHealthCheck(p.svc) && want != 0 && p.hc == 0 {
+	if want := int(p.svc.Spec.HealthCheckNodePort); policy.NeedsHealthCheck(p.svc) && want != 0 && p.hc == 0 {
 		err := r.claimPort(p, want)
 		r.events = append(r.events, event{allocator.ScopeStatic, err == nil})
 		if err != nil {
@@ -262,6 +275,11 @@ func (r *round) static(p *plan) {
 		if !asked {
 			continue
 		}
+		if own := p.ranges[name]; policy.Block(req) != policy.Block(own) {
+			r.problem(p.key, name, policy.Shifted(own, req))
+			p.shifted[name] = true
+			continue
+		}
 		if _, done := p.blocks[name]; done {
 			continue
 		}
@@ -269,44 +287,38 @@ func (r *round) static(p *plan) {
 	}
 }
 
-// claimBlock claims the block req for ranged port name, refusing shifted blocks.
-func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
-	own := p.ranges[name]
-	b := allocator.Range{First: int(req.Start), Last: int(req.End)}
-	switch {
-	case req.Start != own.Start:
-		r.problem(p.key, name, fmt.Errorf("%w %s for port range %s refused: a block must be the port range itself "+
-			"(node port p reaches port p), because a shifted mapping (node port N+i to port p+i) cannot be programmed "+
-			"faithfully with nftables on this kernel (see the nodeport package README); write %s=%d-%d or remove the entry",
-			ErrShiftedBlock, b, own, name, own.Start, own.End))
-		return
-	case r.blocks == nil:
-		r.problem(p.key, name, fmt.Errorf("node-port block %s refused: %w; set the block range (outside the node-port range %s)",
-			b, ErrNoBlockRange, r.cfg.NodePortRange))
-		return
+// claimOwnBlock claims block b for ranged port name of p, sharing it when another ranged port
+// of p already holds the very same block (TCP and UDP of one range), as the controller does.
+func (r *round) claimOwnBlock(p *plan, name string, b allocator.Range) error {
+	for _, held := range p.blocks {
+		if held == b {
+			p.blocks[name] = b
+			return nil
+		}
 	}
-	_, err := r.blocks.AllocateBlockAt(b.First, b.Size(), p.key+"/"+name)
-	if err != nil {
-		r.problem(p.key, name, blockError(b, err, r.cfg))
-		return
+	if _, err := r.blocks.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(p.key, name)); err != nil {
+		return err
 	}
 	p.blocks[name] = b
+	return nil
 }
 
-// blockError explains a refused block: blocks are identity-mapped, so the fix is in the
-// Service's range or in the configured block range.
-func blockError(b allocator.Range, err error, cfg Config) error {
-	if errors.Is(err, allocator.ErrOutOfRange) {
-		return fmt.Errorf("node-port block %s is outside the block range %s: node-port blocks are the Service's own port range, "+
-			"which must lie inside the block range and never in the node-port range %s; move the port range or widen the block range: %w",
-			b, cfg.BlockRange, cfg.NodePortRange, err)
+// claimBlock claims the identity block req (the static phase has refused shifted ones) for
+// ranged port name.
+func (r *round) claimBlock(p *plan, name string, req annotation.PortRange) {
+	b := policy.Block(req)
+	if r.blocks == nil {
+		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, policy.ErrNoBlockRange))
+		return
 	}
-	return fmt.Errorf("node-port block %s refused, the range is served without node ports: %w", b, err)
+	if err := r.claimOwnBlock(p, name, b); err != nil {
+		r.problem(p.key, name, policy.RefuseBlock(p.key, name, b, r.cfg.BlockRange, err))
+	}
 }
 
 func (r *round) dynamic(p *plan) {
-	allocate := allocatesNodePorts(p.svc)
-	for i := range p.svc.Spec.Ports {
+	allocate := policy.AllocatesNew(p.svc)
+	for i := range p.portsOf() {
 		sp := &p.svc.Spec.Ports[i]
 		if p.isRanged(sp.Name) || sp.NodePort != 0 || p.nodePort[i] != 0 {
 			continue
@@ -327,7 +339,7 @@ func (r *round) dynamic(p *plan) {
 		p.claimed[n] = true
 		p.nodePort[i] = n
 	}
-	if needsHealthCheck(p.svc) && p.hc == 0 && p.svc.Spec.HealthCheckNodePort == 0 {
+	if policy.NeedsHealthCheck(p.svc) && p.hc == 0 && p.svc.Spec.HealthCheckNodePort == 0 {
 		n, err := r.nodePorts.Allocate(p.key)
 		r.events = append(r.events, event{allocator.ScopeDynamic, err == nil})
 		if err != nil {
@@ -341,7 +353,7 @@ func (r *round) dynamic(p *plan) {
 		return
 	}
 	for _, name := range p.rangedNames() {
-		if _, asked := p.requests[name]; asked {
+		if _, asked := p.requests[name]; asked && !p.shifted[name] {
 			continue
 		}
 		if _, done := p.blocks[name]; done {
@@ -376,15 +388,15 @@ func (p *plan) rangedNames() []string {
 
 // write records the result on the Service object the model will see.
 func (p *plan) write() {
-	for i := range p.svc.Spec.Ports {
+	for i := range p.portsOf() {
 		if !p.isRanged(p.svc.Spec.Ports[i].Name) {
 			p.svc.Spec.Ports[i].NodePort = int32(p.nodePort[i])
 		}
 	}
-	if needsHealthCheck(p.svc) {
+	if policy.NeedsHealthCheck(p.svc) {
 		p.svc.Spec.HealthCheckNodePort = int32(p.hc)
 	}
-	if p.requestsUnusable {
+	if p.requestsUnusable || !policy.HasNodePorts(p.svc) {
 		return
 	}
 	var entries []string
@@ -413,7 +425,7 @@ func (r *round) result() map[string]svcEntry {
 		}
 	}
 	for _, p := range r.order {
-		if !needsNodePorts(p.svc) {
+		if !p.assigned() {
 			continue
 		}
 		e := svcEntry{File: p.file, HealthCheckNodePort: p.hc}

@@ -1,5 +1,5 @@
-// Package allocatorctl is the integration tier of the node-port block controller: replicas of
-// it run in the test process against a real kube-apiserver (test/cluster), each with its own
+// Package allocatorctl is the integration tier of the node-port block controller
+// (allocator/controller): replicas of it run in the test process against a real kube-apiserver (test/cluster), each with its own
 // client, under the ServiceAccount and RBAC of deploy/allocator.
 package allocatorctl
 
@@ -20,7 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/proxy/allocatorctl"
+	"github.com/nftproxy/nftproxy/allocator/controller"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/test/cluster"
 )
@@ -35,17 +36,17 @@ const (
 // replica is one controller running in the test process.
 type replica struct {
 	id     string
-	c      *allocatorctl.Controller
+	c      *controller.Controller
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-func startReplica(t *testing.T, cfg allocatorctl.Config, id string) *replica {
+func startReplica(t *testing.T, cfg controller.Config, id string) *replica {
 	t.Helper()
 	cfg.Identity = id
 	cfg.Logger = testr.NewWithOptions(t, testr.Options{LogTimestamp: true}).WithName(id)
-	c, err := allocatorctl.New(cfg)
+	c, err := controller.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func waitFor(t *testing.T, what string, cond func(ctx context.Context) (bool, st
 }
 
 func leaseHolder(ctx context.Context, cs kubernetes.Interface) (string, error) {
-	l, err := cs.CoordinationV1().Leases(leaseNS).Get(ctx, allocatorctl.DefaultLeaseName, metav1.GetOptions{})
+	l, err := cs.CoordinationV1().Leases(leaseNS).Get(ctx, controller.DefaultLeaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}
@@ -147,7 +148,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 		t.Fatalf("ServiceAccount reading another Lease: got %v, want Forbidden", err)
 	}
 
-	cfg := allocatorctl.Config{
+	cfg := controller.Config{
 		BlockRange: allocator.MustParseRange("1024-29999"), LeaseNamespace: leaseNS,
 		// Short timings keep the takeover quick; the test waits for it, it does not time it.
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
@@ -282,7 +283,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 					continue
 				}
 				seen = append(seen, e.Reason+" "+e.Note)
-				if e.Reason == allocatorctl.ReasonConflict && e.Type == corev1.EventTypeWarning &&
+				if e.Reason == policy.ReasonConflict && e.Type == corev1.EventTypeWarning &&
 					e.Related != nil && e.Related.Name == p.olderHolder && strings.Contains(e.Note, testNS+"/"+p.olderHolder) {
 					return true, "", nil
 				}
@@ -292,7 +293,7 @@ func TestLeaderKilledMidStream(t *testing.T) {
 	}
 }
 
-func withClient(cfg allocatorctl.Config, cs kubernetes.Interface) allocatorctl.Config {
+func withClient(cfg controller.Config, cs kubernetes.Interface) controller.Config {
 	cfg.Client = cs
 	return cfg
 }

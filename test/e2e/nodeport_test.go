@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -73,7 +73,7 @@ func TestNodePorts(t *testing.T) {
 		t.Fatalf("no identity node-port block 20500-20509 for voip/media in the ruleset:\n%s", e.ruleset())
 	}
 	dynPort := e.nodePortOf("default/dyn/tcp/http")
-	if band := allocator.MustParseRange(nodeport.DefaultNodePortRange).DynamicBand(); !band.Contains(int(dynPort)) {
+	if band := allocator.MustParseRange(policy.DefaultNodePortRange).DynamicBand(); !band.Contains(int(dynPort)) {
 		t.Fatalf("dyn: got node port %d, want one of the dynamic band %s", dynPort, band)
 	}
 	// A restart with the same --state-dir keeps the assignment.

@@ -3,7 +3,7 @@ package property
 import (
 	"fmt"
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"net/netip"
 	"slices"
 	"sort"
@@ -57,7 +57,7 @@ func newTracker(nodeName string) *model.Tracker {
 	if err != nil {
 		panic(err) // a constant
 	}
-	blocks, err := allocator.ParseRange(nodeport.DefaultBlockRange)
+	blocks, err := allocator.ParseRange(policy.DefaultBlockRange)
 	if err != nil {
 		panic(err) // a constant
 	}

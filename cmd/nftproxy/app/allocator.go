@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/proxy/allocatorctl"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
+	"github.com/nftproxy/nftproxy/allocator/controller"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 )
 
 // allocatorOptions are the flags of `nftproxy allocator`.
@@ -42,23 +42,23 @@ type allocatorOptions struct {
 func (o *allocatorOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server; in a pod without it, the in-cluster ServiceAccount is used")
 	fs.StringVar(&o.Master, "master", "", "API server address (https://HOST:PORT); overrides the kubeconfig's server, or in a pod the in-cluster address")
-	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange,
+	fs.StringVar(&o.BlockRange, "range-node-port-range", policy.DefaultBlockRange,
 		"where node-port blocks of port-range Services live (N1-N2); blocks are the Services' own ranges, so a range outside it gets none. "+
 			"Must not overlap --service-node-port-range nor the node's ephemeral ports")
-	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange,
+	fs.StringVar(&o.NodePortRange, "service-node-port-range", policy.DefaultNodePortRange,
 		"the API server's --service-node-port-range; blocks never overlap it")
 	fs.StringVar(&o.LocalPortRange, "ip-local-port-range", "",
-		"the nodes' ephemeral ports (N1-N2), which blocks must not overlap; empty: read "+allocatorctl.LocalPortRangeFile+
-			" and "+allocatorctl.LocalReservedPortsFile+" (the node's own values when the pod uses the host network)")
+		"the nodes' ephemeral ports (N1-N2), which blocks must not overlap; empty: read "+controller.LocalPortRangeFile+
+			" and "+controller.LocalReservedPortsFile+" (the node's own values when the pod uses the host network)")
 	fs.StringVar(&o.ReservedPorts, "ip-local-reserved-ports", "",
 		"with --ip-local-port-range: the nodes' net.ipv4.ip_local_reserved_ports (e.g. 1000-2000,3000), exempt from the check")
 	fs.StringVar(&o.ProxyName, "service-proxy-name", "", "handle only Services labelled service.kubernetes.io/service-proxy-name=<this>; empty: only Services without that label (as the proxies)")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", envOr("POD_NAMESPACE", "kube-system"), "namespace of the leader-election Lease (default: $POD_NAMESPACE, else kube-system)")
-	fs.StringVar(&o.LeaseName, "lease-name", allocatorctl.DefaultLeaseName, "name of the leader-election Lease; replicas sharing it elect one leader")
+	fs.StringVar(&o.LeaseName, "lease-name", controller.DefaultLeaseName, "name of the leader-election Lease; replicas sharing it elect one leader")
 	fs.StringVar(&o.Identity, "identity", "", "this replica's name in the Lease, unique among replicas (default: $POD_NAME, else the host name with a random suffix)")
-	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", allocatorctl.DefaultLeaseDuration, "how long a waiting replica waits after the leader's last renewal before it takes over")
-	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", allocatorctl.DefaultRenewDeadline, "how long the leader keeps acting without renewing; must be shorter than the lease duration")
-	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", allocatorctl.DefaultRetryPeriod, "how often replicas try to acquire or renew the Lease")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a waiting replica waits after the leader's last renewal before it takes over")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader keeps acting without renewing; must be shorter than the lease duration")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", controller.DefaultRetryPeriod, "how often replicas try to acquire or renew the Lease")
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: assignments and problems; 1: releases and retries)")
 }
 
@@ -114,13 +114,13 @@ func (o *allocatorOptions) ranges() (allocator.Range, error) {
 		if eph, err = allocator.ParseRange(o.LocalPortRange); err != nil {
 			return allocator.Range{}, usageError{fmt.Errorf("--ip-local-port-range: %w", err)}
 		}
-		if reserved, err = allocatorctl.ParseReservedPorts(o.ReservedPorts); err != nil {
+		if reserved, err = controller.ParseReservedPorts(o.ReservedPorts); err != nil {
 			return allocator.Range{}, usageError{fmt.Errorf("--ip-local-reserved-ports: %w", err)}
 		}
-	} else if eph, reserved, err = allocatorctl.ReadLocalPorts(allocatorctl.LocalPortRangeFile, allocatorctl.LocalReservedPortsFile); err != nil {
+	} else if eph, reserved, err = controller.ReadLocalPorts(controller.LocalPortRangeFile, controller.LocalReservedPortsFile); err != nil {
 		return allocator.Range{}, err
 	}
-	if err := allocatorctl.CheckRanges(blocks, nodePorts, eph, reserved); err != nil {
+	if err := controller.CheckRanges(blocks, nodePorts, eph, reserved); err != nil {
 		return allocator.Range{}, usageError{err}
 	}
 	return blocks, nil
@@ -166,7 +166,7 @@ func allocatorCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("API client for %s: %w", cfg.Host, err)
 	}
-	c, err := allocatorctl.New(allocatorctl.Config{
+	c, err := controller.New(controller.Config{
 		Client: client, BlockRange: blocks, ProxyName: o.ProxyName, Identity: id,
 		LeaseNamespace: o.LeaseNamespace, LeaseName: o.LeaseName,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,

@@ -21,7 +21,7 @@ func TestAllocatorFlagErrors(t *testing.T) {
 		{name: "bad API server range", args: []string{"--service-node-port-range=x", "--ip-local-port-range=32768-60999"},
 			errHas: "--service-node-port-range"},
 		{name: "blocks overlap the API server's node ports", args: []string{"--range-node-port-range=29000-31000", "--ip-local-port-range=32768-60999"},
-			errHas: "overlaps the API server's node-port range 30000-32767"},
+			errHas: "overlaps the node-port range 30000-32767"},
 		{name: "blocks overlap ephemeral ports", args: []string{"--range-node-port-range=40000-40999", "--ip-local-port-range=32768-60999"},
 			errHas: "ephemeral ports 32768-60999"},
 		{name: "reserved ports without the range", args: []string{"--ip-local-reserved-ports=40000-40999"},

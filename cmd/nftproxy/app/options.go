@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
@@ -132,8 +132,8 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")
 	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
-	fs.StringVar(&o.NodePortRange, "service-node-port-range", nodeport.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
-	fs.StringVar(&o.BlockRange, "range-node-port-range", nodeport.DefaultBlockRange, "node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range: manifest mode assigns them from it, and in both modes a block outside it is rejected on this node (give the allocator the same value); empty disables blocks")
+	fs.StringVar(&o.NodePortRange, "service-node-port-range", policy.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
+	fs.StringVar(&o.BlockRange, "range-node-port-range", policy.DefaultBlockRange, "node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range: manifest mode assigns them from it, and in both modes a block outside it is rejected on this node (give the allocator the same value); empty disables blocks")
 	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
 	fs.StringVar(&o.ReservedPorts, "reserved-ports", model.DefaultReservedPorts, "ports and ranges of the node (comma-separated, every protocol) that no Service may capture or reject on a node address: not with a LoadBalancer or external IP that is a node address, a node port, a health-check node port or a node-port block; the ports of --healthz-bind-address and --metrics-bind-address are added. Default: SSH, etcd, the API server, the kubelet and the control-plane components")
 	if scope < runFlags {

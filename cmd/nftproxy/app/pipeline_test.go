@@ -21,7 +21,8 @@ import (
 
 // pipelineDir holds a Node, a NodePort Service with an explicit node port, a younger one asking
 // for the same node port (manifest mode's assigner refuses it: the Service is served without
-// it) and a port-range Service asking for a shifted node-port block (refused too).
+// it) and a port-range Service asking for a shifted node-port block (refused too; it gets its
+// identity block instead, as the cluster controller would write it).
 const pipelineDir = `apiVersion: v1
 kind: Node
 metadata: {name: node-a}
@@ -115,7 +116,11 @@ func TestManifestEntryPointsShareOnePipeline(t *testing.T) {
 		if d.am, err = metrics.NewAllocatorMetrics(d.reg); err != nil {
 			t.Fatal(err)
 		}
-		d.tracker = newTracker(&o, model.GuardConfig{}, newLogger(0, d.log), d.pm, func() {})
+		guard, err := o.guard() // as runCmd: the block range decides which blocks are served
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.tracker = newTracker(&o, guard, newLogger(0, d.log), d.pm, func() {})
 		return d
 	}
 	ruleset := func(snap model.Snapshot) string {
@@ -167,8 +172,10 @@ func TestManifestEntryPointsShareOnePipeline(t *testing.T) {
 		t.Errorf("render's ruleset differs from run --once's model:\nrender:\n%s\nonce:\n%s", got, rules)
 	}
 	// The refused node ports are not programmed, the rest of those Services is.
-	if strings.Contains(rules, "21000") || !strings.Contains(rules, "198.19.0.62") || !strings.Contains(rules, "198.19.0.63") {
-		t.Errorf("want the refused block 21000-21009 absent and both refused Services' cluster IPs served; ruleset:\n%s", rules)
+	if strings.Contains(rules, "21000") || !strings.Contains(rules, "198.19.0.62") || !strings.Contains(rules, "198.19.0.63") ||
+		!strings.Contains(rules, `udp . 20000-20009 comment "default/rtp/udp/rtp"`) {
+		t.Errorf("want the refused block 21000-21009 absent, the identity block 20000-20009 given instead and both refused "+
+			"Services' cluster IPs served; ruleset:\n%s", rules)
 	}
 
 	for _, c := range []struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
@@ -46,8 +47,8 @@ func newFixture(t *testing.T) *fixture {
 		defer f.mu.Unlock()
 		f.lines = append(f.lines, args)
 	}, funcr.Options{})
-	a, err := nodeport.New(nodeport.Config{NodePortRange: allocator.MustParseRange(nodeport.DefaultNodePortRange),
-		BlockRange: allocator.MustParseRange(nodeport.DefaultBlockRange)}, logr.Discard())
+	a, err := nodeport.New(nodeport.Config{NodePortRange: allocator.MustParseRange(policy.DefaultNodePortRange),
+		BlockRange: allocator.MustParseRange(policy.DefaultBlockRange)}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

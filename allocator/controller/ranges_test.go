@@ -1,4 +1,4 @@
-package allocatorctl
+package controller
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ func TestCheckRanges(t *testing.T) {
 		{name: "above the ephemeral range", blocks: "61000-65535", ephemeral: linux},
 		{name: "no ephemeral range known", blocks: "40000-40999"},
 		{name: "overlaps the API server's node ports", blocks: "29000-30000", ephemeral: linux,
-			errHas: "overlaps the API server's node-port range 30000-32767"},
+			errHas: "overlaps the node-port range 30000-32767"},
 		{name: "overlaps the ephemeral ports", blocks: "40000-40999", ephemeral: linux,
 			errHas: "port 40000 is not in net.ipv4.ip_local_reserved_ports"},
 		{name: "overlap reserved entirely", blocks: "40000-40999", ephemeral: linux,

@@ -1,4 +1,4 @@
-package allocatorctl
+package controller
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 )
 
 // Where the kernel publishes the ephemeral port range and the ports kept out of it.
@@ -90,11 +90,8 @@ func CheckRanges(blocks, nodePorts, ephemeral allocator.Range, reserved []alloca
 	if err := nodePorts.Validate(); err != nil {
 		return fmt.Errorf("--service-node-port-range: %w", err)
 	}
-	if blocks.Overlaps(nodePorts) {
-		return fmt.Errorf("--range-node-port-range %s overlaps the API server's node-port range %s: a block would take node ports "+
-			"the API server hands to other Services; choose disjoint ranges (for example %s with %s) and pass the API server's "+
-			"--service-node-port-range as --service-node-port-range",
-			blocks, nodePorts, nodeport.DefaultBlockRange, nodeport.DefaultNodePortRange)
+	if err := policy.CheckDisjoint(blocks, nodePorts); err != nil {
+		return fmt.Errorf("%w; pass the API server's --service-node-port-range as --service-node-port-range", err)
 	}
 	if ephemeral == (allocator.Range{}) {
 		return nil

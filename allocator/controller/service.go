@@ -1,4 +1,4 @@
-package allocatorctl
+package controller
 
 import (
 	"strings"
@@ -6,16 +6,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
 // wants is what one Service asks of the controller, read from its spec and annotations.
 type wants struct {
-	// eligible: the Service has node ports at all (NodePort or LoadBalancer, not headless) and
-	// carries port ranges. A Service that is not eligible holds no block.
+	// eligible: the Service has node ports at all (policy.HasNodePorts) and carries port
+	// ranges. A Service that is not eligible holds no block.
 	eligible bool
-	// allocates: a block missing from the annotation may be added (KEP-1864: not for a
-	// LoadBalancer Service with allocateLoadBalancerNodePorts: false; recorded blocks are kept).
+	// allocates: a block missing from the annotation may be added (policy.AllocatesNew).
 	allocates bool
 	// ranges are the ranged ServicePorts in spec order. rangesOK is false when the port-ranges
 	// annotation does not parse or names a port that is not in spec.ports: the proxies reject
@@ -29,23 +29,6 @@ type wants struct {
 	recordedOK  bool
 	recordedRaw string
 	hasRecorded bool
-}
-
-// hasNodePorts reports whether the API server gives the Service node ports: type NodePort or
-// LoadBalancer, and not headless (the proxies ignore headless Services).
-func hasNodePorts(svc *corev1.Service) bool {
-	t := svc.Spec.Type
-	return (t == corev1.ServiceTypeNodePort || t == corev1.ServiceTypeLoadBalancer) &&
-		svc.Spec.ClusterIP != corev1.ClusterIPNone
-}
-
-// allocatesNew reports whether new node-port blocks may be given (KEP-1864: a LoadBalancer
-// Service with allocateLoadBalancerNodePorts: false gets none, but keeps what it holds).
-func allocatesNew(svc *corev1.Service) bool {
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.AllocateLoadBalancerNodePorts != nil {
-		return *svc.Spec.AllocateLoadBalancerNodePorts
-	}
-	return true
 }
 
 // analyze reads what svc asks for.
@@ -62,11 +45,11 @@ func analyze(svc *corev1.Service) wants {
 		}
 	}
 	rangesRaw, hasRanges := svc.Annotations[annotation.PortRangesKey]
-	if !hasNodePorts(svc) || !hasRanges || strings.TrimSpace(rangesRaw) == "" {
+	if !policy.HasNodePorts(svc) || !hasRanges || strings.TrimSpace(rangesRaw) == "" {
 		return w
 	}
 	w.eligible = true
-	w.allocates = allocatesNew(svc)
+	w.allocates = policy.AllocatesNew(svc)
 	rs, err := annotation.ParseRanges(rangesRaw)
 	if err != nil {
 		return w
@@ -84,17 +67,6 @@ func analyze(svc *corev1.Service) wants {
 	}
 	w.rangesOK = len(w.ranges) == len(byName)
 	return w
-}
-
-// identity is the node-port block of a ranged port: the range itself (node port p reaches
-// port p), the only mapping nftproxy programs (see the nodeport package README).
-func identity(r annotation.PortRange) allocator.Range {
-	return allocator.Range{First: int(r.Start), Last: int(r.End)}
-}
-
-// blockOf is the block a recorded node-port-ranges entry names.
-func blockOf(r annotation.PortRange) allocator.Range {
-	return allocator.Range{First: int(r.Start), Last: int(r.End)}
 }
 
 // formatBlocks writes the annotation value for blocks held by ranged ports, in spec order.

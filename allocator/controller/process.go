@@ -1,4 +1,4 @@
-package allocatorctl
+package controller
 
 import (
 	"context"
@@ -14,25 +14,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
-	"github.com/nftproxy/nftproxy/proxy/nodeport"
 )
 
-// Event reasons, one per kind of refusal; stable, so alerts can select on them.
-const (
-	// ReasonConflict: the block overlaps one an older (or already holding) Service has.
-	ReasonConflict = "NodePortBlockConflict"
-	// ReasonOutOfRange: the Service's range is not inside --range-node-port-range.
-	ReasonOutOfRange = "NodePortBlockOutOfRange"
-	// ReasonShifted: a recorded block is not the port range itself.
-	ReasonShifted = "NodePortBlockShifted"
-	// ReasonInvalid: the node-port-ranges annotation does not parse.
-	ReasonInvalid = "NodePortRangesInvalid"
-	// ReasonRefused: any other refusal of the allocator.
-	ReasonRefused = "NodePortBlockRefused"
-	// EventAction is the action of every Event the controller sends.
-	EventAction = "AllocateNodePortBlock"
-)
+// EventAction is the action of every Event the controller sends; the reasons are the policy
+// package's (policy.ReasonConflict and the others), shared with manifest mode.
+const EventAction = "AllocateNodePortBlock"
 
 // problem is one refusal to report as a Warning Event on the Service.
 type problem struct {
@@ -72,8 +60,7 @@ func (s *session) process(ctx context.Context, key string) error {
 		return nil
 	case !w.recordedOK:
 		_, perr := annotation.ParseRanges(w.recordedRaw)
-		s.report(svc, []problem{{reason: ReasonInvalid, msg: fmt.Sprintf("annotation %s does not parse: %v; fix or remove it "+
-			"(blocks this Service held are kept, nothing new is assigned until then)", annotation.NodePortRangesKey, perr)}})
+		s.report(svc, []problem{s.problemOf(policy.Invalid(perr))})
 		return nil
 	case !w.rangesOK:
 		// The proxies reject the Service and report why; keep what it holds, change nothing.
@@ -97,21 +84,18 @@ func (s *session) assign(ctx context.Context, svc *corev1.Service, w wants) erro
 	// different block is refused and its entry rewritten or removed).
 	recorded := map[string]bool{}
 	for _, r := range w.ranges {
-		want := identity(r)
+		want := policy.Block(r)
 		rec, ok := w.recorded[r.Name]
-		recorded[r.Name] = ok && blockOf(rec) == want
+		recorded[r.Name] = ok && policy.Block(rec) == want
 		// A recorded block this Service held is stale (its range moved), not a request.
-		if held, was := h.blocks[r.Name]; ok && blockOf(rec) != want && (!was || held != blockOf(rec)) {
-			probs = append(probs, problem{reason: ReasonShifted, msg: fmt.Sprintf("annotation %s entry %q refused (%v): a block "+
-				"must be the port range itself (node port p reaches port p), because a shifted mapping cannot be programmed "+
-				"faithfully with nftables (see the nodeport package README); the controller writes %s=%s or, where it may not "+
-				"assign a block, removes the entry", annotation.NodePortRangesKey, rec.String(), nodeport.ErrShiftedBlock, r.Name, want)})
+		if held, was := h.blocks[r.Name]; ok && policy.Block(rec) != want && (!was || held != policy.Block(rec)) {
+			probs = append(probs, s.problemOf(policy.Shifted(r, rec)))
 		}
 	}
 	// Keep first, so releases below never touch a block this Service still uses.
 	for _, r := range w.ranges {
-		want := identity(r)
-		if b, ok := h.blocks[r.Name]; ok && b == want && (recorded[r.Name] || w.allocates) {
+		want := policy.Block(r)
+		if b, ok := h.blocks[r.Name]; ok && b == want && policy.KeepsHeld(svc, recorded[r.Name]) {
 			next.blocks[r.Name] = want
 		}
 	}
@@ -123,7 +107,7 @@ func (s *session) assign(ctx context.Context, svc *corev1.Service, w wants) erro
 		if _, kept := next.blocks[r.Name]; kept {
 			continue
 		}
-		want := identity(r)
+		want := policy.Block(r)
 		if !recorded[r.Name] && !w.allocates {
 			continue // KEP-1864: allocateLoadBalancerNodePorts: false asks for no new block
 		}
@@ -132,8 +116,8 @@ func (s *session) assign(ctx context.Context, svc *corev1.Service, w wants) erro
 			alreadyShared = alreadyShared || b == want
 		}
 		if err := s.claim(svc, next, r.Name, want, recorded[r.Name]); err != nil {
-			p := s.explain(svc, r, want, err)
-			waiting = waiting || p.reason == ReasonConflict
+			p := s.problemOf(policy.RefuseBlock(key, r.Name, want, s.cfg.BlockRange, err))
+			waiting = waiting || p.reason == policy.ReasonConflict
 			probs = append(probs, p)
 			continue
 		}
@@ -186,7 +170,7 @@ func (s *session) claim(svc *corev1.Service, h *holding, name string, b allocato
 		if err == nil || !recorded || !errors.As(err, &ae) {
 			return err
 		}
-		hk := ownerKey(ae.Owner)
+		hk := policy.HolderOf(ae.Owner)
 		hh := s.held[hk]
 		if hk == key || hh == nil || !older(svc.CreationTimestamp, key, hh.created, hk) {
 			return err
@@ -211,38 +195,16 @@ func (s *session) claim(svc *corev1.Service, h *holding, name string, b allocato
 	return fmt.Errorf("claim %s for %s: too many holders", b, key)
 }
 
-// explain turns a refused claim into a problem that says what to do.
-func (s *session) explain(svc *corev1.Service, r annotation.PortRange, b allocator.Range, err error) problem {
-	var ae *allocator.AllocatedError
-	switch {
-	case errors.As(err, &ae):
-		hk := ownerKey(ae.Owner)
-		p := problem{reason: ReasonConflict}
-		held := fmt.Sprintf("port %d", ae.Port)
-		if ae.Block != nil {
-			held = "block " + ae.Block.String()
+// problemOf turns a refusal into the Event to send, with the holding Service as the related
+// object when there is one.
+func (s *session) problemOf(r *policy.Refusal) problem {
+	p := problem{reason: r.Reason, msg: r.Error()}
+	if ns, name, err := cache.SplitMetaNamespaceKey(r.Holder); r.Holder != "" && err == nil {
+		if other, err := s.lister.Services(ns).Get(name); err == nil {
+			p.related = other
 		}
-		if hk == keyOf(svc) {
-			p.msg = fmt.Sprintf("node-port block %s of port %q overlaps %s of this Service's own port %q; ranges of one Service "+
-				"must not overlap", b, r.Name, held, ae.Owner[len(hk)+1:])
-			return p
-		}
-		p.msg = fmt.Sprintf("node-port block %s of port %q overlaps %s, held by Service %s (the older, or the one that "+
-			"held it first, keeps it); port %q gets no node ports until that block is released, then it is assigned; "+
-			"or move this port range", b, r.Name, held, hk, r.Name)
-		if ns, name, err := cache.SplitMetaNamespaceKey(hk); err == nil {
-			if other, err := s.lister.Services(ns).Get(name); err == nil {
-				p.related = other
-			}
-		}
-		return p
-	case errors.Is(err, allocator.ErrOutOfRange):
-		return problem{reason: ReasonOutOfRange, msg: fmt.Sprintf("node-port block %s of port %q is outside the block range %s: "+
-			"a block is the port range itself and must lie inside the allocator's --range-node-port-range; move the port "+
-			"range or widen the block range", b, r.Name, s.cfg.BlockRange)}
-	default:
-		return problem{reason: ReasonRefused, msg: fmt.Sprintf("node-port block %s of port %q refused: %v", b, r.Name, err)}
 	}
+	return p
 }
 
 // report sends a Warning Event for each problem not yet reported on this Service object, and

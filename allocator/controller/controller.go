@@ -1,4 +1,4 @@
-// Package allocatorctl is nftproxy's cluster controller for node-port blocks: it gives each
+// Package controller is nftproxy's cluster controller for node-port blocks: it gives each
 // port-range Service of type NodePort or LoadBalancer an identity-mapped block (node ports =
 // the Service's own range) from a cluster-wide range, records it in the annotation
 // nftproxy.io/node-port-ranges, and keeps two Services from ever holding overlapping blocks.
@@ -6,7 +6,7 @@
 // One replica at a time acts, elected through a coordination.k8s.io Lease; the others wait.
 // A new leader rebuilds the allocation from the annotations of all Services before it gives
 // out anything new, so the cluster, not the process, holds the state (README.md).
-package allocatorctl
+package controller
 
 import (
 	"context"

@@ -1,10 +1,9 @@
-package allocatorctl
+package controller
 
 import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
@@ -191,8 +191,8 @@ func (s *session) rebuild(svcs []*corev1.Service) {
 		h := &holding{uid: svc.UID, created: svc.CreationTimestamp, blocks: map[string]allocator.Range{}}
 		if w.rangesOK {
 			for _, r := range w.ranges {
-				if rec, ok := w.recorded[r.Name]; ok && blockOf(rec) == identity(r) {
-					s.claimOwn(key, h, r.Name, identity(r))
+				if rec, ok := w.recorded[r.Name]; ok && policy.Block(rec) == policy.Block(r) {
+					s.claimOwn(key, h, r.Name, policy.Block(r))
 				}
 			}
 		} else {
@@ -202,7 +202,7 @@ func (s *session) rebuild(svcs []*corev1.Service) {
 			}
 			sort.Strings(names)
 			for _, n := range names {
-				s.claimOwn(key, h, n, blockOf(w.recorded[n]))
+				s.claimOwn(key, h, n, policy.Block(w.recorded[n]))
 			}
 		}
 		if len(h.blocks) > 0 {
@@ -220,7 +220,7 @@ func (s *session) claimOwn(key string, h *holding, name string, b allocator.Rang
 			return nil
 		}
 	}
-	if _, err := s.alloc.AllocateBlockAt(b.First, b.Size(), key+"/"+name); err != nil {
+	if _, err := s.alloc.AllocateBlockAt(b.First, b.Size(), policy.BlockOwner(key, name)); err != nil {
 		return err
 	}
 	h.blocks[name] = b
@@ -267,12 +267,4 @@ func (s *session) wake() {
 		s.queue.Add(k)
 	}
 	clear(s.waiting)
-}
-
-// ownerKey is the "namespace/name" of an allocator owner "namespace/name/port".
-func ownerKey(owner string) string {
-	if i := strings.LastIndexByte(owner, '/'); i > 0 {
-		return owner[:i]
-	}
-	return owner
 }

@@ -1,4 +1,4 @@
-package nodeport
+package policy
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package allocatorctl
+package controller
 
 import (
 	"maps"
@@ -56,6 +56,14 @@ func TestStartUp(t *testing.T) {
 				svc("stale", 1, "rtp=17000-17009", ofType(corev1.ServiceTypeClusterIP), recordedAs("rtp=17000-17009")),
 			},
 			want: map[string]string{"plain": "-", "stale": "-"},
+		},
+		{
+			// KEP-2610: all-ports never gets node ports; the proxies reject all-ports with
+			// port-ranges, and the block is not held meanwhile (as in manifest mode).
+			name: "an all-ports Service holds no block and a stale record is removed",
+			svcs: []*corev1.Service{svc("any", 0, "rtp=16384-16393", loadBalancer(nil), allPorts,
+				recordedAs("rtp=16384-16393"))},
+			want: map[string]string{"any": "-"},
 		},
 		{
 			name:   "a user-written identity block is a static request, kept as written",

@@ -1,4 +1,4 @@
-package allocatorctl
+package controller
 
 import (
 	"context"
@@ -64,6 +64,9 @@ func svc(name string, age int, ranges string, opts ...opt) *corev1.Service {
 func recordedAs(v string) opt {
 	return func(s *corev1.Service) { s.Annotations[annotation.NodePortRangesKey] = v }
 }
+
+// allPorts marks the Service all-ports.
+func allPorts(s *corev1.Service) { s.Annotations[annotation.AllPortsKey] = "true" }
 
 func ofType(t corev1.ServiceType) opt { return func(s *corev1.Service) { s.Spec.Type = t } }
 
