@@ -3,8 +3,6 @@ package allocatorctl
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
@@ -16,37 +14,11 @@ const (
 	LocalReservedPortsFile = "/proc/sys/net/ipv4/ip_local_reserved_ports"
 )
 
-// ParseLocalPortRange reads the kernel's net.ipv4.ip_local_port_range value ("32768\t60999").
-func ParseLocalPortRange(s string) (allocator.Range, error) {
-	f := strings.Fields(s)
-	if len(f) != 2 {
-		return allocator.Range{}, fmt.Errorf("ip_local_port_range %q: want two numbers, the first and last ephemeral port", strings.TrimSpace(s))
-	}
-	return allocator.ParseRange(f[0] + "-" + f[1])
-}
+// ParseLocalPortRange reads the kernel's net.ipv4.ip_local_port_range value (allocator's).
+func ParseLocalPortRange(s string) (allocator.Range, error) { return allocator.ParseLocalPortRange(s) }
 
-// ParseReservedPorts reads net.ipv4.ip_local_reserved_ports ("1000-2000,3000"; empty: none).
-func ParseReservedPorts(s string) ([]allocator.Range, error) {
-	var out []allocator.Range
-	for _, e := range strings.Split(strings.TrimSpace(s), ",") {
-		e = strings.TrimSpace(e)
-		if e == "" {
-			continue
-		}
-		if !strings.Contains(e, "-") {
-			if _, err := strconv.Atoi(e); err != nil {
-				return nil, fmt.Errorf("ip_local_reserved_ports entry %q is not a port or a range", e)
-			}
-			e = e + "-" + e
-		}
-		r, err := allocator.ParseRange(e)
-		if err != nil {
-			return nil, fmt.Errorf("ip_local_reserved_ports entry %q: %w", e, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
+// ParseReservedPorts reads net.ipv4.ip_local_reserved_ports (allocator's).
+func ParseReservedPorts(s string) ([]allocator.Range, error) { return allocator.ParseReservedPorts(s) }
 
 // ReadLocalPorts reads the ephemeral port range and the reserved ports from the given files
 // (normally LocalPortRangeFile and LocalReservedPortsFile). A missing reserved-ports file means
@@ -110,22 +82,8 @@ func CheckRanges(blocks, nodePorts, ephemeral allocator.Range, reserved []alloca
 
 // firstUnreserved returns the first port of blocks that is ephemeral and not reserved.
 func firstUnreserved(blocks, ephemeral allocator.Range, reserved []allocator.Range) (int, bool) {
-	if !blocks.Overlaps(ephemeral) {
-		return 0, false
-	}
-	lo, hi := max(blocks.First, ephemeral.First), min(blocks.Last, ephemeral.Last)
-	for p := lo; p <= hi; p++ {
-		covered := false
-		for _, r := range reserved {
-			if r.Contains(p) {
-				covered = true
-				p = min(r.Last, hi) // skip the reserved run; the loop adds one
-				break
-			}
-		}
-		if !covered {
-			return p, true
-		}
+	if runs := allocator.EphemeralOverlap(blocks, ephemeral, reserved); len(runs) > 0 {
+		return runs[0].First, true
 	}
 	return 0, false
 }
