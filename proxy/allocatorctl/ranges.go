@@ -2,16 +2,16 @@ package allocatorctl
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/proxy/localports"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
 )
 
 // Where the kernel publishes the ephemeral port range and the ports kept out of it.
 const (
-	LocalPortRangeFile     = "/proc/sys/net/ipv4/ip_local_port_range"
-	LocalReservedPortsFile = "/proc/sys/net/ipv4/ip_local_reserved_ports"
+	LocalPortRangeFile     = localports.RangeFile
+	LocalReservedPortsFile = localports.ReservedFile
 )
 
 // ParseLocalPortRange reads the kernel's net.ipv4.ip_local_port_range value (allocator's).
@@ -21,30 +21,12 @@ func ParseLocalPortRange(s string) (allocator.Range, error) { return allocator.P
 func ParseReservedPorts(s string) ([]allocator.Range, error) { return allocator.ParseReservedPorts(s) }
 
 // ReadLocalPorts reads the ephemeral port range and the reserved ports from the given files
-// (normally LocalPortRangeFile and LocalReservedPortsFile). A missing reserved-ports file means
-// none are reserved.
+// (normally LocalPortRangeFile and LocalReservedPortsFile), as the daemon's check does. A
+// missing reserved-ports file means none are reserved.
 func ReadLocalPorts(rangeFile, reservedFile string) (allocator.Range, []allocator.Range, error) {
-	b, err := os.ReadFile(rangeFile)
+	eph, res, err := localports.ReadFiles(rangeFile, reservedFile)
 	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("read the node's ephemeral port range: %w (in a pod, run with hostNetwork to see the node's value, or pass it as a flag)", err)
-	}
-	eph, err := ParseLocalPortRange(string(b))
-	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("%s: %w", rangeFile, err)
-	}
-	if reservedFile == "" {
-		return eph, nil, nil
-	}
-	b, err = os.ReadFile(reservedFile)
-	if os.IsNotExist(err) {
-		return eph, nil, nil
-	}
-	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("read the node's reserved ports: %w", err)
-	}
-	res, err := ParseReservedPorts(string(b))
-	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("%s: %w", reservedFile, err)
+		return allocator.Range{}, nil, fmt.Errorf("%w (in a pod, run with hostNetwork to see the node's value, or pass it as a flag)", err)
 	}
 	return eph, res, nil
 }
