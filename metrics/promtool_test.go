@@ -75,6 +75,11 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 		t.Fatal(err)
 	}
 	d.Suspected(DriftForeignChange)
+	lp, err := NewLocalPorts(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp.Overlap(OverlapBlocks, 100)
 	if err := WatchHealth(reg, func() bool { return true }); err != nil {
 		t.Fatal(err)
 	}

@@ -2,77 +2,19 @@ package controller
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/allocator/policy"
+	"github.com/nftproxy/nftproxy/proxy/localports"
 )
-
-// Where the kernel publishes the ephemeral port range and the ports kept out of it.
-const (
-	LocalPortRangeFile     = "/proc/sys/net/ipv4/ip_local_port_range"
-	LocalReservedPortsFile = "/proc/sys/net/ipv4/ip_local_reserved_ports"
-)
-
-// ParseLocalPortRange reads the kernel's net.ipv4.ip_local_port_range value ("32768\t60999").
-func ParseLocalPortRange(s string) (allocator.Range, error) {
-	f := strings.Fields(s)
-	if len(f) != 2 {
-		return allocator.Range{}, fmt.Errorf("ip_local_port_range %q: want two numbers, the first and last ephemeral port", strings.TrimSpace(s))
-	}
-	return allocator.ParseRange(f[0] + "-" + f[1])
-}
-
-// ParseReservedPorts reads net.ipv4.ip_local_reserved_ports ("1000-2000,3000"; empty: none).
-func ParseReservedPorts(s string) ([]allocator.Range, error) {
-	var out []allocator.Range
-	for _, e := range strings.Split(strings.TrimSpace(s), ",") {
-		e = strings.TrimSpace(e)
-		if e == "" {
-			continue
-		}
-		if !strings.Contains(e, "-") {
-			if _, err := strconv.Atoi(e); err != nil {
-				return nil, fmt.Errorf("ip_local_reserved_ports entry %q is not a port or a range", e)
-			}
-			e = e + "-" + e
-		}
-		r, err := allocator.ParseRange(e)
-		if err != nil {
-			return nil, fmt.Errorf("ip_local_reserved_ports entry %q: %w", e, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
 
 // ReadLocalPorts reads the ephemeral port range and the reserved ports from the given files
-// (normally LocalPortRangeFile and LocalReservedPortsFile). A missing reserved-ports file means
-// none are reserved.
+// (normally localports.RangeFile and localports.ReservedFile), as the daemon's check does. A
+// missing reserved-ports file means none are reserved.
 func ReadLocalPorts(rangeFile, reservedFile string) (allocator.Range, []allocator.Range, error) {
-	b, err := os.ReadFile(rangeFile)
+	eph, res, err := localports.ReadFiles(rangeFile, reservedFile)
 	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("read the node's ephemeral port range: %w (in a pod, run with hostNetwork to see the node's value, or pass it as a flag)", err)
-	}
-	eph, err := ParseLocalPortRange(string(b))
-	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("%s: %w", rangeFile, err)
-	}
-	if reservedFile == "" {
-		return eph, nil, nil
-	}
-	b, err = os.ReadFile(reservedFile)
-	if os.IsNotExist(err) {
-		return eph, nil, nil
-	}
-	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("read the node's reserved ports: %w", err)
-	}
-	res, err := ParseReservedPorts(string(b))
-	if err != nil {
-		return allocator.Range{}, nil, fmt.Errorf("%s: %w", reservedFile, err)
+		return allocator.Range{}, nil, fmt.Errorf("%w (in a pod, run with hostNetwork to see the node's value, or pass it as a flag)", err)
 	}
 	return eph, res, nil
 }
@@ -107,22 +49,8 @@ func CheckRanges(blocks, nodePorts, ephemeral allocator.Range, reserved []alloca
 
 // firstUnreserved returns the first port of blocks that is ephemeral and not reserved.
 func firstUnreserved(blocks, ephemeral allocator.Range, reserved []allocator.Range) (int, bool) {
-	if !blocks.Overlaps(ephemeral) {
-		return 0, false
-	}
-	lo, hi := max(blocks.First, ephemeral.First), min(blocks.Last, ephemeral.Last)
-	for p := lo; p <= hi; p++ {
-		covered := false
-		for _, r := range reserved {
-			if r.Contains(p) {
-				covered = true
-				p = min(r.Last, hi) // skip the reserved run; the loop adds one
-				break
-			}
-		}
-		if !covered {
-			return p, true
-		}
+	if runs := allocator.EphemeralOverlap(blocks, ephemeral, reserved); len(runs) > 0 {
+		return runs[0].First, true
 	}
 	return 0, false
 }

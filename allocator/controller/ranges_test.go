@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -45,44 +44,6 @@ func TestCheckRanges(t *testing.T) {
 				t.Errorf("got error %v, want one containing %q", err, tc.errHas)
 			}
 		})
-	}
-}
-
-func TestParseLocalPorts(t *testing.T) {
-	r := allocator.MustParseRange
-	ranges := []struct {
-		in   string
-		want allocator.Range
-		bad  bool
-	}{
-		{in: "32768\t60999\n", want: r("32768-60999")},
-		{in: "1024 65535", want: r("1024-65535")},
-		{in: "60999 32768", bad: true},
-		{in: "32768", bad: true},
-		{in: "", bad: true},
-	}
-	for _, tc := range ranges {
-		got, err := ParseLocalPortRange(tc.in)
-		if tc.bad != (err != nil) || (!tc.bad && got != tc.want) {
-			t.Errorf("ParseLocalPortRange(%q) = %v, %v; want %v (error expected: %v)", tc.in, got, err, tc.want, tc.bad)
-		}
-	}
-	reserved := []struct {
-		in   string
-		want []allocator.Range
-		bad  bool
-	}{
-		{in: "\n"},
-		{in: "8080\n", want: []allocator.Range{r("8080-8080")}},
-		{in: "1000-2000,3000", want: []allocator.Range{r("1000-2000"), r("3000-3000")}},
-		{in: "x", bad: true},
-		{in: "2000-1000", bad: true},
-	}
-	for _, tc := range reserved {
-		got, err := ParseReservedPorts(tc.in)
-		if tc.bad != (err != nil) || (!tc.bad && !reflect.DeepEqual(got, tc.want)) {
-			t.Errorf("ParseReservedPorts(%q) = %v, %v; want %v (error expected: %v)", tc.in, got, err, tc.want, tc.bad)
-		}
 	}
 }
 

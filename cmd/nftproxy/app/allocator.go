@@ -19,6 +19,7 @@ import (
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/allocator/controller"
 	"github.com/nftproxy/nftproxy/allocator/policy"
+	"github.com/nftproxy/nftproxy/proxy/localports"
 )
 
 // allocatorOptions are the flags of `nftproxy allocator`.
@@ -48,8 +49,8 @@ func (o *allocatorOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.NodePortRange, "service-node-port-range", policy.DefaultNodePortRange,
 		"the API server's --service-node-port-range; blocks never overlap it")
 	fs.StringVar(&o.LocalPortRange, "ip-local-port-range", "",
-		"the nodes' ephemeral ports (N1-N2), which blocks must not overlap; empty: read "+controller.LocalPortRangeFile+
-			" and "+controller.LocalReservedPortsFile+" (the node's own values when the pod uses the host network)")
+		"the nodes' ephemeral ports (N1-N2), which blocks must not overlap; empty: read "+localports.RangeFile+
+			" and "+localports.ReservedFile+" (the node's own values when the pod uses the host network)")
 	fs.StringVar(&o.ReservedPorts, "ip-local-reserved-ports", "",
 		"with --ip-local-port-range: the nodes' net.ipv4.ip_local_reserved_ports (e.g. 1000-2000,3000), exempt from the check")
 	fs.StringVar(&o.ProxyName, "service-proxy-name", "", "handle only Services labelled service.kubernetes.io/service-proxy-name=<this>; empty: only Services without that label (as the proxies)")
@@ -114,10 +115,10 @@ func (o *allocatorOptions) ranges() (allocator.Range, error) {
 		if eph, err = allocator.ParseRange(o.LocalPortRange); err != nil {
 			return allocator.Range{}, usageError{fmt.Errorf("--ip-local-port-range: %w", err)}
 		}
-		if reserved, err = controller.ParseReservedPorts(o.ReservedPorts); err != nil {
+		if reserved, err = allocator.ParseReservedPorts(o.ReservedPorts); err != nil {
 			return allocator.Range{}, usageError{fmt.Errorf("--ip-local-reserved-ports: %w", err)}
 		}
-	} else if eph, reserved, err = controller.ReadLocalPorts(controller.LocalPortRangeFile, controller.LocalReservedPortsFile); err != nil {
+	} else if eph, reserved, err = controller.ReadLocalPorts(localports.RangeFile, localports.ReservedFile); err != nil {
 		return allocator.Range{}, err
 	}
 	if err := controller.CheckRanges(blocks, nodePorts, eph, reserved); err != nil {

@@ -165,6 +165,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
 	go watchNodeAddresses(ctx, log, tracker, runner.Notify)
+	if err := watchLocalPorts(ctx, &o, log, tracker, reg); err != nil {
+		return err
+	}
 
 	servers, err := serve(log, &o, hs, reg)
 	if err != nil {
