@@ -243,6 +243,19 @@ func TestFromServiceEndpoints(t *testing.T) {
 			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4,
 				[]discoveryv1.EndpointPort{{Protocol: ptr(corev1.ProtocolTCP)}}, epFixture{addr: "10.244.0.1"})},
 			want: []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		// KEP-2610: the EndpointSlice of an all-ports Service has no ports; it means every port.
+		{name: "all-ports slice without ports", svc: svcFixture("a", withPorts(tcpPort("http", 80, intstr.IntOrString{})),
+			annotate(annotation.AllPortsKey, "true")),
+			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, nil, epFixture{addr: "10.244.0.1"})},
+			want:   []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		{name: "all-ports slice port without number or protocol", svc: svcFixture("a", withPorts(tcpPort("http", 80, intstr.IntOrString{})),
+			annotate(annotation.AllPortsKey, "true")),
+			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, []discoveryv1.EndpointPort{{}}, epFixture{addr: "10.244.0.1"})},
+			want:   []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		// A slice without ports means nothing for a Service with ports of its own.
+		{name: "single port, slice without ports", svc: svcFixture("a"),
+			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, nil, epFixture{addr: "10.244.0.1"})},
+			want:   nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
