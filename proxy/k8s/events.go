@@ -16,6 +16,10 @@ import (
 // EventAction is the action of every rejection Event: the Service was not programmed.
 const EventAction = "NotProgrammed"
 
+// EventActionPartial is the action of an Event about a Service served in part: what it names
+// (a port on an address an older Service holds) was not programmed, the rest was.
+const EventActionPartial = "PartlyProgrammed"
+
 // MaxEventsPerScan caps the Events one scan sends, so a bad annotation applied to thousands of
 // Services at once trickles out instead of flooding the API server; the rest follow on later
 // scans.
@@ -84,7 +88,7 @@ func (r *reporter) loop(ctx context.Context, tr *model.Tracker, poke <-chan stru
 func (r *reporter) scan(snap model.Snapshot) (pending bool) {
 	now := r.now()
 	for key := range r.sent {
-		if s := snap.Services[key]; s == nil || s.Rejected == nil {
+		if s := snap.Services[key]; s == nil || reported(s) == nil {
 			delete(r.sent, key) // accepted, ignored or deleted: a new rejection is news again
 		}
 	}
@@ -94,8 +98,9 @@ func (r *reporter) scan(snap model.Snapshot) (pending bool) {
 		if obj == nil {
 			continue // deleted since the snapshot
 		}
+		rej := reported(svc)
 		last, seen := r.sent[svc.Key]
-		if seen && last.rejection == *svc.Rejected && last.uid == string(obj.UID) {
+		if seen && last.rejection == *rej && last.uid == string(obj.UID) {
 			continue
 		}
 		if seen && now.Sub(last.at) < r.interval || budget == 0 {
@@ -103,20 +108,35 @@ func (r *reporter) scan(snap model.Snapshot) (pending bool) {
 			continue
 		}
 		budget--
-		r.rec.Eventf(obj, nil, corev1.EventTypeWarning, svc.Rejected.Reason, EventAction,
-			"%s; the Service is not programmed, other Services are unaffected", svc.Rejected.Message)
-		r.log.V(2).Info("Event sent for rejected Service", "service", svc.Key.String(), "reason", svc.Rejected.Reason)
-		r.sent[svc.Key] = sentEvent{rejection: *svc.Rejected, uid: string(obj.UID), at: now}
+		if rej.Partial {
+			r.rec.Eventf(obj, nil, corev1.EventTypeWarning, rej.Reason, EventActionPartial,
+				"%s; the rest of the Service is programmed, other Services are unaffected", rej.Message)
+		} else {
+			r.rec.Eventf(obj, nil, corev1.EventTypeWarning, rej.Reason, EventAction,
+				"%s; the Service is not programmed, other Services are unaffected", rej.Message)
+		}
+		r.log.V(2).Info("Event sent for rejected Service", "service", svc.Key.String(), "reason", rej.Reason, "partial", rej.Partial)
+		r.sent[svc.Key] = sentEvent{rejection: *rej, uid: string(obj.UID), at: now}
 	}
 	return pending
 }
 
-// rejected lists the snapshot's rejected Services by key: sorting only them keeps a scan of a
-// large cluster cheap, and the order decides who goes first when the budget runs out.
+// reported is what an Event reports of a Service: its rejection, or what it withholds (a
+// partial rejection); nil when there is nothing to report.
+func reported(s *model.Service) *model.Rejection {
+	if s.Rejected != nil {
+		return s.Rejected
+	}
+	return s.Withheld
+}
+
+// rejected lists the snapshot's rejected Services, and those served in part, by key: sorting
+// only them keeps a scan of a large cluster cheap, and the order decides who goes first when
+// the budget runs out.
 func rejected(snap model.Snapshot) []*model.Service {
 	var out []*model.Service
 	for _, s := range snap.Services {
-		if s.Rejected != nil {
+		if reported(s) != nil {
 			out = append(out, s)
 		}
 	}

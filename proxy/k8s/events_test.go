@@ -37,6 +37,9 @@ func TestReporterScan(t *testing.T) {
 	note := func(r *model.Rejection) string {
 		return "Warning " + r.Reason + " " + r.Message + "; the Service is not programmed, other Services are unaffected"
 	}
+	part := &model.Rejection{Reason: model.ReasonServiceConflict, Partial: true,
+		Message: `service ns/a: port "https" (TCP on 198.51.100.1, port 443) overlaps port "https" (port 443) of service ns/b`}
+	partNote := "Warning " + part.Reason + " " + part.Message + "; the rest of the Service is programmed, other Services are unaffected"
 	one := map[string]string{"a": "uid-1"}
 	tests := []struct {
 		name  string
@@ -60,6 +63,11 @@ func TestReporterScan(t *testing.T) {
 			{rejections: map[string]*model.Rejection{"a": bad}, uids: one, wantEvents: []string{note(bad)}},
 			{rejections: map[string]*model.Rejection{"a": bad}, uids: map[string]string{"a": "uid-2"}, wantPending: true},
 			{advance: time.Minute, rejections: map[string]*model.Rejection{"a": bad}, uids: map[string]string{"a": "uid-2"}, wantEvents: []string{note(bad)}},
+		}},
+		{"a Service served in part is reported once, as served in part", []step{
+			{rejections: map[string]*model.Rejection{"a": part}, uids: one, wantEvents: []string{partNote}},
+			{advance: time.Hour, rejections: map[string]*model.Rejection{"a": part}, uids: one},
+			{advance: time.Hour, rejections: map[string]*model.Rejection{"a": nil}, uids: one},
 		}},
 		{"a Service gone from the informer gets no Event", []step{
 			{rejections: map[string]*model.Rejection{"a": bad}, uids: map[string]string{}},
@@ -125,6 +133,10 @@ func snapshotOf(rejections map[string]*model.Rejection) model.Snapshot {
 	s := model.Snapshot{Services: map[model.ServiceKey]*model.Service{}}
 	for name, r := range rejections {
 		k := model.ServiceKey{Namespace: "ns", Name: name}
+		if r != nil && r.Partial {
+			s.Services[k] = &model.Service{Key: k, Withheld: r, Ports: []model.ServicePort{{}}}
+			continue
+		}
 		s.Services[k] = &model.Service{Key: k, Rejected: r}
 	}
 	return s

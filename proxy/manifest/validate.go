@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
@@ -107,8 +108,12 @@ func validateServicePorts(s *corev1.Service) field.ErrorList {
 	var errs field.ErrorList
 	path := field.NewPath("spec", "ports")
 	headless := s.Spec.ClusterIP == corev1.ClusterIPNone
-	if len(s.Spec.Ports) == 0 && !headless {
-		errs = append(errs, field.Required(path, "a Service with a cluster IP needs at least one port"))
+	// KEP-2610: an all-ports Service lists no ports (every port of TCP, UDP and SCTP). The API
+	// server does not know the annotation and still requires one; manifest mode serves it.
+	allPorts, _ := annotation.ParseBool(s.Annotations[annotation.AllPortsKey])
+	if len(s.Spec.Ports) == 0 && !headless && !allPorts {
+		errs = append(errs, field.Required(path, fmt.Sprintf(
+			"a Service with a cluster IP needs at least one port (or %s: \"true\" to forward every port)", annotation.AllPortsKey)))
 	}
 	names := map[string]bool{}
 	type pp struct {

@@ -44,6 +44,9 @@ func TestServiceValidation(t *testing.T) {
 		{"node port on ClusterIP", "default", "web", "clusterIP: 10.96.0.10, ports: [{name: a, port: 80, nodePort: 30080}]", model.ReasonInvalidPort, "nodePort: Forbidden"},
 		{"port 0", "default", "web", "clusterIP: 10.96.0.10, ports: [{name: a, port: 0}]", model.ReasonInvalidPort, "spec.ports[0].port"},
 		{"no ports", "default", "web", "clusterIP: 10.96.0.10", model.ReasonInvalidPort, "spec.ports: Required"},
+		// KEP-2610: an all-ports Service lists no ports; the model forwards every protocol.
+		{"all-ports without ports", "default", "web", "clusterIP: 10.96.0.10", "", ""},
+		{"all-ports false without ports", "default", "web", "clusterIP: 10.96.0.10", model.ReasonInvalidPort, "spec.ports: Required"},
 		{"protocol", "default", "web", "clusterIP: 10.96.0.10, ports: [{name: a, port: 7, protocol: ICMP}]", model.ReasonInvalidPort, "spec.ports[0].protocol"},
 
 		{"cluster IP", "default", "web", "clusterIP: 10.96.0.300, ports: [{port: 80}]", model.ReasonInvalidAddress, "spec.clusterIPs[0]"},
@@ -57,8 +60,13 @@ func TestServiceValidation(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			meta := fmt.Sprintf("name: %s, namespace: %s", tc.svc, tc.ns)
-			if tc.name == "bad label" {
+			switch tc.name {
+			case "bad label":
 				meta += ", labels: {'a/b/c': x}"
+			case "all-ports without ports":
+				meta += ", annotations: {nftproxy.io/all-ports: 'true'}"
+			case "all-ports false without ports":
+				meta += ", annotations: {nftproxy.io/all-ports: 'false'}"
 			}
 			dir := t.TempDir()
 			writeFiles(t, dir, map[string]string{"svc.yaml": fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {%s}\nspec: {%s}\n", meta, tc.spec)})

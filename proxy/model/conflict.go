@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -29,7 +30,22 @@ type claim struct {
 	// via says how a node-port claim arises when it is not a node port itself: a LoadBalancer
 	// or external IP that is a node address, or the health-check node port.
 	via string
+	// idx is the index of the ServicePort in Service.Ports; addr, when valid, is the address
+	// that makes the claim (a cluster, external or LoadBalancer IP): a conflict over the claim
+	// is settled by withholding that address from that ServicePort, and the rest of the
+	// Service is served. A claim without addr (a node port, a health-check node port) cannot be
+	// withheld that way and rejects the whole Service.
+	idx  int
+	addr netip.Addr
 }
+
+// site is one ServicePort on one address: what a conflict withholds.
+type site struct {
+	idx  int
+	addr netip.Addr
+}
+
+func (c claim) site() (site, bool) { return site{c.idx, c.addr}, c.addr.IsValid() }
 
 func (c claim) overlaps(o claim) bool { return c.key == o.key && c.lo <= o.hi && o.lo <= c.hi }
 
@@ -61,24 +77,26 @@ func claimsOf(s *Service, node NodeAddresses) []claim {
 		}
 		for _, ips := range [][]netip.Addr{p.ClusterIPs, p.ExternalIPs, p.LoadBalancerIPs} {
 			for _, a := range ips {
-				out = append(out, claim{key: claimKey{a, p.Name.Protocol}, lo: lo, hi: hi, port: p.Name.Port})
+				out = append(out, claim{key: claimKey{a, p.Name.Protocol}, lo: lo, hi: hi, port: p.Name.Port, idx: i, addr: a})
 			}
 		}
 		nodePorts := claimKey{netip.Addr{}, p.Name.Protocol}
 		if p.NodePort != 0 {
-			out = append(out, claim{key: nodePorts, lo: p.NodePort, hi: p.NodePortEnd, port: p.Name.Port})
+			out = append(out, claim{key: nodePorts, lo: p.NodePort, hi: p.NodePortEnd, port: p.Name.Port, idx: i})
 		}
 		if !p.AllPorts {
 			for _, ips := range [][]netip.Addr{p.ExternalIPs, p.LoadBalancerIPs} {
 				for _, a := range ips {
 					if node[a] != 0 {
-						out = append(out, claim{key: nodePorts, lo: lo, hi: hi, port: p.Name.Port, via: "on node address " + a.String()})
+						out = append(out, claim{key: nodePorts, lo: lo, hi: hi, port: p.Name.Port,
+							via: "on node address " + a.String(), idx: i, addr: a})
 					}
 				}
 			}
 		}
 		if hc := p.HealthCheckNodePort; hc != 0 {
-			out = append(out, claim{key: claimKey{netip.Addr{}, TCP}, lo: hc, hi: hc, port: p.Name.Port, via: "(health-check node port)"})
+			out = append(out, claim{key: claimKey{netip.Addr{}, TCP}, lo: hc, hi: hc, port: p.Name.Port,
+				via: "(health-check node port)", idx: i})
 		}
 	}
 	return out
@@ -143,43 +161,145 @@ func olderFirst(rs []ranked) {
 	})
 }
 
+// lost is one claim a Service lost to an older one: the winner and the winner's claim, for
+// the message.
+type lost struct {
+	claim  claim
+	winner ServiceKey
+	theirs claim
+}
+
+func (l lost) text() string {
+	return fmt.Sprintf("port %q (%s, %s) overlaps port %q (%s) of service %s, which is older and keeps them",
+		l.claim.port, l.claim.key, l.claim.portsText(), l.theirs.port, l.theirs.portsText(), l.winner)
+}
+
+// resolved is the outcome of conflict resolution for one Service: its final model, and the
+// claims it lost (nil when none), kept so that an endpoint change can settle the new model the
+// same way without searching its neighbours again.
+type resolved struct {
+	final *Service
+	lost  []lost
+}
+
 // resolveConflicts decides, oldest first, which Services of a component keep their ports: a
-// Service whose claim overlaps one of an already accepted Service is rejected naming it. The
-// result maps each Service to its final model.
-func resolveConflicts(rs []ranked) map[ServiceKey]*Service {
+// Service whose claim overlaps one of an already accepted Service loses it, naming the older
+// one (see settle for what losing means).
+func resolveConflicts(rs []ranked) map[ServiceKey]resolved {
 	olderFirst(rs)
-	out := make(map[ServiceKey]*Service, len(rs))
+	out := make(map[ServiceKey]resolved, len(rs))
 	accepted := claimIndex{}
 	for _, r := range rs {
-		if rej := firstConflict(r, accepted); rej != nil {
-			out[r.key] = &Service{Key: r.key, Rejected: rej}
-			continue
+		ls := conflicts(r, accepted)
+		final := settle(r.base, ls)
+		out[r.key] = resolved{final: final, lost: ls}
+		if final.Rejected == nil {
+			accepted.add(r.key, kept(r.claims, ls))
 		}
-		accepted.add(r.key, r.claims)
-		out[r.key] = r.base
 	}
 	return out
 }
 
-func firstConflict(r ranked, accepted claimIndex) *Rejection {
+// conflicts lists the claims of r that overlap claims of accepted Services, each with the
+// winner whatever the map order (the smallest key). A claim that cannot be withheld ends the
+// list: the whole Service is rejected for it.
+func conflicts(r ranked, accepted claimIndex) []lost {
+	var out []lost
 	for _, c := range r.claims {
-		owners := accepted[c.key]
-		// Report the same winner whatever the map order: the smallest key.
 		var winner *ServiceKey
-		var winnerClaim claim
-		for other, theirs := range owners {
-			for _, t := range theirs {
+		var theirs claim
+		for other, claims := range accepted[c.key] {
+			for _, t := range claims {
 				if c.overlaps(t) && (winner == nil || other.String() < winner.String()) {
 					o := other
-					winner, winnerClaim = &o, t
+					winner, theirs = &o, t
 				}
 			}
 		}
-		if winner != nil {
-			return reject(r.key, ReasonServiceConflict,
-				"port %q (%s, %s) overlaps port %q (%s) of service %s, which is older and keeps them; change the IPs or ports of one of the two",
-				c.port, c.key, c.portsText(), winnerClaim.port, winnerClaim.portsText(), winner)
+		if winner == nil {
+			continue
+		}
+		out = append(out, lost{claim: c, winner: *winner, theirs: theirs})
+		if _, ok := c.site(); !ok {
+			return out
 		}
 	}
-	return nil
+	return out
+}
+
+// kept returns the claims that remain once the sites of ls are withheld.
+func kept(claims []claim, ls []lost) []claim {
+	if len(ls) == 0 {
+		return claims
+	}
+	gone := map[site]bool{}
+	for _, l := range ls {
+		if st, ok := l.claim.site(); ok {
+			gone[st] = true
+		}
+	}
+	var out []claim
+	for _, c := range claims {
+		if st, ok := c.site(); !ok || !gone[st] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// settle builds the final model of base from the claims it lost. None: base itself. A lost
+// node port or health-check node port (which the API server and manifest mode's assigner never
+// give twice): the whole Service is rejected, ServiceConflict. Otherwise only the lost sites are
+// withheld: each losing ServicePort is not programmed on the contested address, its other
+// addresses and the Service's other ports are served, and Withheld says what is missing (a
+// ServicePort left without any address or node port is dropped). A Service left with nothing
+// is rejected as a whole.
+func settle(base *Service, ls []lost) *Service {
+	if len(ls) == 0 || base == nil || base.Rejected != nil {
+		return base
+	}
+	texts := make([]string, 0, len(ls))
+	gone := map[site]bool{}
+	whole := false
+	for _, l := range ls {
+		st, ok := l.claim.site()
+		whole = whole || !ok
+		if ok && gone[st] {
+			continue
+		}
+		gone[st] = ok
+		texts = append(texts, l.text())
+	}
+	msg := strings.Join(texts, "; ")
+	if whole {
+		return &Service{Key: base.Key, Rejected: reject(base.Key, ReasonServiceConflict,
+			"%s; change the IPs or ports of one of the two", msg)}
+	}
+	out := &Service{Key: base.Key}
+	for i := range base.Ports {
+		p := base.Ports[i]
+		drop := func(ips []netip.Addr) []netip.Addr {
+			var keep []netip.Addr
+			for _, a := range ips {
+				if !gone[site{i, a}] {
+					keep = append(keep, a)
+				}
+			}
+			return keep
+		}
+		p.ClusterIPs, p.ExternalIPs, p.LoadBalancerIPs = drop(p.ClusterIPs), drop(p.ExternalIPs), drop(p.LoadBalancerIPs)
+		if len(p.ClusterIPs)+len(p.ExternalIPs)+len(p.LoadBalancerIPs) == 0 && p.NodePort == 0 {
+			continue
+		}
+		out.Ports = append(out.Ports, p)
+	}
+	if len(out.Ports) == 0 {
+		return &Service{Key: base.Key, Rejected: reject(base.Key, ReasonServiceConflict,
+			"%s; nothing of the Service is left to program, so change the IPs or ports of one of the two", msg)}
+	}
+	w := reject(base.Key, ReasonServiceConflict,
+		"%s; only that is not programmed (the rest of the Service is served), so change the IPs or ports of one of the two", msg)
+	w.Partial = true
+	out.Withheld = w
+	return out
 }

@@ -49,6 +49,10 @@ func TestFromServiceRejections(t *testing.T) {
 		{name: "all-ports with ranges", svc: svcFixture("a", annotate(annotation.AllPortsKey, "true", annotation.PortRangesKey, "http=80-90")),
 			reason: ReasonAllPortsWithRanges},
 		{name: "all-ports remap", svc: svcFixture("a", annotate(annotation.AllPortsKey, "true")), reason: ReasonTargetPortRemap},
+		// Never silent: without all-ports, a Service without ports is refused, not accepted empty.
+		{name: "no ports", svc: svcFixture("a", withPorts()), reason: ReasonInvalidPort, inMsg: "spec.ports is empty"},
+		{name: "no ports, all-ports false", svc: svcFixture("a", withPorts(), annotate(annotation.AllPortsKey, "false")),
+			reason: ReasonInvalidPort},
 		{name: "node range width", svc: svcFixture("a", rangePorts, annotate(annotation.PortRangesKey, "rtp=16384-16483",
 			annotation.NodePortRangesKey, "rtp=40100-40198")), reason: ReasonNodePortRangeWidth, inMsg: "99 ports wide"},
 		{name: "node range unknown", svc: svcFixture("a", rangePorts, annotate(annotation.PortRangesKey, "rtp=16384-16483",
@@ -122,6 +126,10 @@ func TestFromServicePorts(t *testing.T) {
 			},
 			annotate(annotation.AllPortsKey, "true")),
 			want: []portWant{{name: AllPortsName, proto: TCP, all: true}, {name: AllPortsName, proto: UDP, all: true}}},
+		// KEP-2610: an all-ports Service with no ports forwards every port of every protocol.
+		{name: "all-ports without ports", svc: svcFixture("a", withPorts(), annotate(annotation.AllPortsKey, "true")),
+			want: []portWant{{name: AllPortsName, proto: TCP, all: true}, {name: AllPortsName, proto: UDP, all: true},
+				{name: AllPortsName, proto: SCTP, all: true}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,6 +251,19 @@ func TestFromServiceEndpoints(t *testing.T) {
 			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4,
 				[]discoveryv1.EndpointPort{{Protocol: ptr(corev1.ProtocolTCP)}}, epFixture{addr: "10.244.0.1"})},
 			want: []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		// KEP-2610: the EndpointSlice of an all-ports Service has no ports; it means every port.
+		{name: "all-ports slice without ports", svc: svcFixture("a", withPorts(tcpPort("http", 80, intstr.IntOrString{})),
+			annotate(annotation.AllPortsKey, "true")),
+			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, nil, epFixture{addr: "10.244.0.1"})},
+			want:   []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		{name: "all-ports slice port without number or protocol", svc: svcFixture("a", withPorts(tcpPort("http", 80, intstr.IntOrString{})),
+			annotate(annotation.AllPortsKey, "true")),
+			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, []discoveryv1.EndpointPort{{}}, epFixture{addr: "10.244.0.1"})},
+			want:   []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		// A slice without ports means nothing for a Service with ports of its own.
+		{name: "single port, slice without ports", svc: svcFixture("a"),
+			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, nil, epFixture{addr: "10.244.0.1"})},
+			want:   nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
-// expectKey is the test-only annotation on every corpus Service: "accepted" or the Reason it must
-// be rejected with.
+// expectKey is the test-only annotation on every corpus Service: "accepted", the Reason it must
+// be rejected with, or "partial:" and the Reason it is served in part for.
 const expectKey = "test.nftproxy.io/expect"
 
 // TestInvalidCorpus loads testdata/invalid (one file per rejection reason plus valid canaries) the
@@ -46,9 +46,19 @@ func TestInvalidCorpus(t *testing.T) {
 			if got == nil {
 				t.Fatalf("no model; want %s", want)
 			}
+			if reason, ok := strings.CutPrefix(want, "partial:"); ok {
+				w := got.Withheld
+				if got.Rejected != nil || len(got.Ports) == 0 || w == nil || !w.Partial || w.Reason != reason {
+					t.Fatalf("rejected = %+v, %d ports, withheld %+v; want served in part, withholding for %s", got.Rejected, len(got.Ports), w, reason)
+				}
+				if !strings.HasPrefix(w.Message, "service "+key.String()+": ") {
+					t.Fatalf("message = %q; want it to start with the service key", w.Message)
+				}
+				return
+			}
 			if want == "accepted" {
-				if got.Rejected != nil || len(got.Ports) == 0 {
-					t.Fatalf("rejected = %+v, %d ports; want accepted with ports", got.Rejected, len(got.Ports))
+				if got.Rejected != nil || got.Withheld != nil || len(got.Ports) == 0 {
+					t.Fatalf("rejected = %+v, withheld %+v, %d ports; want accepted with ports", got.Rejected, got.Withheld, len(got.Ports))
 				}
 				return
 			}

@@ -110,8 +110,13 @@ func parseEndpoint(e *discoveryv1.Endpoint, family discoveryv1.AddressType) (End
 // slicePort finds the port of a slice that serves sp and returns the endpoint port to use.
 // EndpointSlice ports carry the Service port's name and the resolved target port, so named
 // targetPorts are resolved here, per slice. An all-ports ServicePort uses any slice port of its
-// protocol.
+// protocol, one without a port number included (the EndpointSlice API's "all ports"), and every
+// slice that lists no ports at all: KEP-2610's EndpointSlice of an all-ports Service has none,
+// and a slice without ports can only mean "every port" for a Service that forwards every port.
 func slicePort(ports []discoveryv1.EndpointPort, sp *ServicePort) (uint16, bool) {
+	if sp.AllPorts && len(ports) == 0 {
+		return 0, true
+	}
 	for _, p := range ports {
 		proto := corev1.ProtocolTCP
 		if p.Protocol != nil {

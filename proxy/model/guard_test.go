@@ -52,6 +52,8 @@ func reasonOf(tr *Tracker, name string) string {
 		return "<none>"
 	case s.Rejected != nil:
 		return s.Rejected.Reason
+	case s.Withheld != nil:
+		return s.Withheld.Reason + " (partial)"
 	}
 	return "accepted"
 }
@@ -174,7 +176,8 @@ func TestGuardFollowsNodeAddresses(t *testing.T) {
 }
 
 // TestGuardNodePortShadow: a single port on a node LoadBalancer IP would shadow a node port or a
-// health-check node port of the same number: a conflict, the older Service keeps the port.
+// health-check node port of the same number: a conflict, the older Service keeps the port, and
+// the younger one is served without that port on the node address (its ClusterIP keeps it).
 func TestGuardNodePortShadow(t *testing.T) {
 	rec := &recorder{}
 	tr := guardTracker(t, rec)
@@ -189,13 +192,18 @@ func TestGuardNodePortShadow(t *testing.T) {
 	tr.UpsertService(svcFixture("lb", created(3), withPorts(tcpPort("web", 30080, intstr.IntOrString{})), lbIngress(nodeV4)))
 	tr.UpsertService(svcFixture("lb2", created(4), withPorts(tcpPort("web", 30090, intstr.IntOrString{})), lbIngress(nodeV4),
 		func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.24", []string{"10.96.0.24"} }))
-	for name, want := range map[string]string{"np": "accepted", "hc": "accepted", "lb": ReasonServiceConflict, "lb2": ReasonServiceConflict} {
+	partial := ReasonServiceConflict + " (partial)"
+	for name, want := range map[string]string{"np": "accepted", "hc": "accepted", "lb": partial, "lb2": partial} {
 		if got := reasonOf(tr, name); got != want {
 			t.Errorf("%s: %s; want %s", name, got, want)
 		}
 	}
-	if msg := tr.Service(keyOf("lb")).Rejected.Message; !strings.Contains(msg, "on node address "+nodeV4) || !strings.Contains(msg, "ns/np") {
+	lb := tr.Service(keyOf("lb"))
+	if msg := lb.Withheld.Message; !strings.Contains(msg, "on node address "+nodeV4) || !strings.Contains(msg, "ns/np") {
 		t.Errorf("message %q should name the node address and the node port's Service", msg)
+	}
+	if p := lb.Ports[0]; len(p.LoadBalancerIPs) != 0 || !reflect.DeepEqual(p.ClusterIPs, []netip.Addr{addr("10.96.0.10")}) {
+		t.Errorf("lb's port: LoadBalancerIPs %v, ClusterIPs %v; want no LoadBalancer IP and its ClusterIP kept", p.LoadBalancerIPs, p.ClusterIPs)
 	}
 	// The node-port Service goes away: the LB port on the node address is served again.
 	tr.DeleteService(keyOf("np"))

@@ -124,11 +124,15 @@ func (p *ServicePort) HasNodePortBlock() bool {
 	return p.NodePort != 0 && !p.AllPorts && p.KeepsPort()
 }
 
-// Rejection says why a Service was not programmed. Reason is a short stable label (used as a
-// metric label); Message is the full sentence for logs and Events.
+// Rejection says why a Service, or part of it, was not programmed. Reason is a short stable
+// label (used as a metric label); Message is the full sentence for logs and Events.
 type Rejection struct {
 	Reason  string
 	Message string
+	// Partial: only part of the Service is not programmed (Service.Withheld), the rest is
+	// served; reporters say so, so that a half-served Service is neither hidden nor mistaken
+	// for a dead one.
+	Partial bool
 }
 
 // Error returns the message.
@@ -140,6 +144,10 @@ type Service struct {
 	Ports []ServicePort
 	// Rejected is set when validation failed; Ports is then empty and nothing is programmed.
 	Rejected *Rejection
+	// Withheld is set when part of an accepted Service is not programmed (a port on an address
+	// that an older Service holds: see ServiceConflict); Ports holds the rest, which is served.
+	// Its Partial is true.
+	Withheld *Rejection
 }
 
 // Node is the node nftproxy runs on.

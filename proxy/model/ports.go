@@ -49,6 +49,11 @@ func specPorts(key ServiceKey, svc *corev1.Service, c *common) ([]ServicePort, *
 	for _, r := range nodeRanges {
 		nodeByName[r.Name] = r
 	}
+	if len(svc.Spec.Ports) == 0 {
+		return nil, reject(key, ReasonInvalidPort,
+			"spec.ports is empty, so there is nothing to forward; list the ports, or set %s: \"true\" to forward every port of TCP, UDP and SCTP",
+			annotation.AllPortsKey)
+	}
 	ports := make([]ServicePort, 0, len(svc.Spec.Ports))
 	for i := range svc.Spec.Ports {
 		p := &svc.Spec.Ports[i]
@@ -157,7 +162,8 @@ func setTarget(sp *ServicePort, p *corev1.ServicePort) {
 	}
 }
 
-// allPortsPorts builds the one ServicePort per protocol of an all-ports Service.
+// allPortsPorts builds the one ServicePort per protocol of an all-ports Service: the protocols
+// of its ports, or TCP, UDP and SCTP when it lists none.
 func allPortsPorts(key ServiceKey, svc *corev1.Service, c *common) ([]ServicePort, *Rejection) {
 	switch {
 	case svc.Spec.Type == corev1.ServiceTypeNodePort:
@@ -176,6 +182,17 @@ func allPortsPorts(key ServiceKey, svc *corev1.Service, c *common) ([]ServicePor
 		return nil, reject(key, ReasonNodePortRangeUnknownName,
 			"%s is set but an %s Service has no node ports; remove %s",
 			annotation.NodePortRangesKey, annotation.AllPortsKey, annotation.NodePortRangesKey)
+	}
+	if len(svc.Spec.Ports) == 0 {
+		// KEP-2610 has an all-ports Service list no ports; the API server still requires
+		// one, so only manifest mode meets this. With no protocol named, every protocol.
+		var ports []ServicePort
+		for _, proto := range []Protocol{TCP, UDP, SCTP} {
+			sp := c.newPort(PortName{Service: key, Port: AllPortsName, Protocol: proto})
+			sp.AllPorts = true
+			ports = append(ports, sp)
+		}
+		return ports, nil
 	}
 	var ports []ServicePort
 	seen := map[Protocol]bool{}

@@ -73,6 +73,9 @@ type trackedService struct {
 	// refused is the accepted model the kernel refused (final then holds the rejection); nil
 	// when not refused. See RefuseService.
 	refused *Service
+	// lost are the claims the Service lost to older Services at its last conflict resolution;
+	// an endpoint change settles its new model with them (see settle).
+	lost []lost
 	// invalid is the source's own rejection (RejectService); it replaces conversion.
 	invalid *Rejection
 	addrs   []netip.Addr // addresses the Service names, indexed in Tracker.byAddr
@@ -316,11 +319,7 @@ func (t *Tracker) recompute(keys []ServiceKey) []rejectionEvent {
 			continue
 		}
 		ts := t.services[k]
-		if r := rejectionOf(ts.final); r != nil && r.Reason == ReasonServiceConflict && ts.base.Rejected == nil {
-			finals[k] = ts.final // still loses to the same older Service
-		} else {
-			finals[k] = ts.base
-		}
+		finals[k] = settle(ts.base, ts.lost) // still loses the same claims to the same Services
 	}
 	return t.publish(finals)
 }
@@ -363,10 +362,13 @@ func (t *Tracker) resolve(component map[ServiceKey]bool) map[ServiceKey]*Service
 		}
 		rs = append(rs, ranked{key: k, created: ts.created, base: ts.base, claims: ts.claims})
 	}
-	finals := resolveConflicts(rs)
+	res := resolveConflicts(rs)
+	finals := make(map[ServiceKey]*Service, len(component))
 	for k := range component {
-		if _, ok := finals[k]; !ok {
-			finals[k] = nil
+		r := res[k]
+		finals[k] = r.final
+		if ts := t.services[k]; ts != nil {
+			ts.lost = r.lost
 		}
 	}
 	return finals
@@ -435,11 +437,15 @@ func (t *Tracker) RetryRefused() {
 	})
 }
 
+// rejectionOf is what OnRejection reports of a model: its rejection, or what it withholds.
 func rejectionOf(s *Service) *Rejection {
 	if s == nil {
 		return nil
 	}
-	return s.Rejected
+	if s.Rejected != nil {
+		return s.Rejected
+	}
+	return s.Withheld
 }
 
 func sortKeys(keys []ServiceKey) {

@@ -31,6 +31,10 @@ func (r *recorder) record(k ServiceKey, rej *Rejection) {
 		r.events = append(r.events, k.String()+" ok")
 		return
 	}
+	if rej.Partial {
+		r.events = append(r.events, k.String()+" "+rej.Reason+" (partial)")
+		return
+	}
 	r.events = append(r.events, k.String()+" "+rej.Reason)
 }
 
@@ -127,13 +131,14 @@ func TestTrackerConflicts(t *testing.T) {
 	rec := &recorder{}
 	tr := newTestTracker(rec)
 	// a (oldest) claims 80 on 192.0.2.1; b claims 80-90 there too; c claims 85 on 192.0.2.1
-	// with port 85 only overlapping b. So a wins, b loses, c wins because b is not accepted.
+	// with port 85 only overlapping b. So a wins, b loses its range on 192.0.2.1 (its ClusterIP
+	// keeps it), c wins because b does not hold 192.0.2.1 any more.
 	rangeB := []func(*corev1.Service){created(2), onIP("10.96.0.12", "192.0.2.1"),
 		withPorts(tcpPort("http", 80, intstr.IntOrString{})), annotate(annotation.PortRangesKey, "http=80-90")}
 	tr.UpsertService(svcFixture("b", rangeB...))
 	tr.UpsertService(svcFixture("c", created(3), onIP("10.96.0.13", "192.0.2.1"), withPorts(tcpPort("x", 85, intstr.FromInt32(85)))))
-	if ev := rec.take(); len(ev) != 1 || ev[0] != "ns/c ServiceConflict" {
-		t.Fatalf("events = %v; want [ns/c ServiceConflict]", ev)
+	if ev := rec.take(); len(ev) != 1 || ev[0] != "ns/c ServiceConflict (partial)" {
+		t.Fatalf("events = %v; want [ns/c ServiceConflict (partial)]", ev)
 	}
 	tr.TakeChanges()
 	addA := func() { tr.UpsertService(svcFixture("a", created(1), onIP("10.96.0.11", "192.0.2.1"))) }
@@ -143,16 +148,16 @@ func TestTrackerConflicts(t *testing.T) {
 		do      func()
 		events  []string
 		changed []string
-		msg     string // substring of b's rejection message, if rejected
+		msg     string // substring of what b withholds, if it withholds something
 	}{
 		{name: "older a takes the port from b, freeing c", do: addA,
-			events: []string{"ns/b ServiceConflict", "ns/c ok"}, changed: []string{"a", "b", "c"},
+			events: []string{"ns/b ServiceConflict (partial)", "ns/c ok"}, changed: []string{"a", "b", "c"},
 			msg: `port "http" (TCP on 192.0.2.1, ports 80-90) overlaps port "http" (port 80) of service ns/a`},
 		{name: "resync of b reports nothing", do: func() {
 			tr.UpsertService(svcFixture("b", append(rangeB, func(s *corev1.Service) { s.ResourceVersion = "2" })...))
 		}, msg: "service ns/a"},
 		{name: "deleting a gives b its range back and c loses", do: func() { tr.DeleteService(keyOf("a")) },
-			events: []string{"ns/b ok", "ns/c ServiceConflict"}, changed: []string{"a", "b", "c"}},
+			events: []string{"ns/b ok", "ns/c ServiceConflict (partial)"}, changed: []string{"a", "b", "c"}},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -169,20 +174,26 @@ func TestTrackerConflicts(t *testing.T) {
 			}
 			if st.msg != "" {
 				b := tr.Service(keyOf("b"))
-				if b.Rejected == nil || !strings.Contains(b.Rejected.Message, st.msg) {
-					t.Fatalf("b = %+v; want rejection containing %q", b, st.msg)
+				if b.Rejected != nil || b.Withheld == nil || !b.Withheld.Partial || !strings.Contains(b.Withheld.Message, st.msg) {
+					t.Fatalf("b = %+v; want it served, withholding with a message containing %q", b, st.msg)
+				}
+				if p := b.Ports[0]; len(p.ExternalIPs) != 0 || len(p.ClusterIPs) != 1 {
+					t.Fatalf("b's port = %+v; want its ClusterIP and not the contested external IP", p)
 				}
 			}
 		})
 	}
 }
 
+// TestTrackerConflictEvents: a Service that lost a port on a shared address is reported once
+// (partial), keeps being served with its endpoints as they change (no new report), and gets the
+// address back when the older Service goes.
 func TestTrackerConflictEvents(t *testing.T) {
 	rec := &recorder{}
 	tr := newTestTracker(rec)
 	tr.UpsertService(svcFixture("b", created(2), onIP("10.96.0.12", "192.0.2.1")))
 	tr.UpsertService(svcFixture("a", created(1), onIP("10.96.0.11", "192.0.2.1")))
-	if ev, want := rec.take(), []string{"ns/b ServiceConflict"}; !reflect.DeepEqual(ev, want) {
+	if ev, want := rec.take(), []string{"ns/b ServiceConflict (partial)"}; !reflect.DeepEqual(ev, want) {
 		t.Fatalf("events = %v; want %v", ev, want)
 	}
 	tr.UpsertService(svcFixture("b", created(2), onIP("10.96.0.12", "192.0.2.1"), func(s *corev1.Service) { s.ResourceVersion = "9" }))
@@ -192,18 +203,19 @@ func TestTrackerConflictEvents(t *testing.T) {
 	tr.TakeChanges()
 	tr.UpsertEndpointSlice(sliceFixture("b-1", "b", discoveryv1.AddressTypeIPv4,
 		[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
-	if ev, ch := rec.take(), tr.TakeChanges(); len(ev) != 0 || !ch.Empty() {
-		t.Fatalf("endpoint change of rejected b: events %v, changes %+v; want none", ev, ch)
+	if ev, ch := rec.take(), tr.TakeChanges(); len(ev) != 0 || !reflect.DeepEqual(ch.Services, []ServiceKey{keyOf("b")}) {
+		t.Fatalf("endpoint change of partly served b: events %v, changes %+v; want no event, b changed", ev, ch)
 	}
-	if b := tr.Service(keyOf("b")); b.Rejected == nil || b.Rejected.Reason != ReasonServiceConflict {
-		t.Fatalf("b after endpoint change = %+v; want still %s", b, ReasonServiceConflict)
+	b := tr.Service(keyOf("b"))
+	if b.Withheld == nil || b.Withheld.Reason != ReasonServiceConflict || len(b.Ports[0].ExternalIPs) != 0 || len(b.Ports[0].Endpoints) != 1 {
+		t.Fatalf("b after endpoint change = %+v; want still withholding the external IP (%s), with the new endpoint", b, ReasonServiceConflict)
 	}
 	tr.DeleteService(keyOf("a"))
 	if ev, want := rec.take(), []string{"ns/b ok"}; !reflect.DeepEqual(ev, want) {
 		t.Fatalf("events after delete = %v; want %v", ev, want)
 	}
-	if eps := tr.Service(keyOf("b")).Ports[0].Endpoints; len(eps) != 1 {
-		t.Fatalf("b endpoints after a is gone = %+v; want the one from b-1", eps)
+	if p := tr.Service(keyOf("b")).Ports[0]; len(p.Endpoints) != 1 || len(p.ExternalIPs) != 1 {
+		t.Fatalf("b's port after a is gone = %+v; want the external IP back and the one endpoint from b-1", p)
 	}
 }
 
@@ -222,6 +234,17 @@ func TestTrackerNodePortConflict(t *testing.T) {
 	}
 	if msg := tr.Service(keyOf("b")).Rejected.Message; !strings.Contains(msg, "TCP node ports") {
 		t.Fatalf("message = %q; want it to mention node ports", msg)
+	}
+	// A lost node port rejects the whole Service (the API server never gives one twice); an
+	// endpoint change of the rejected Service changes nothing and reports nothing.
+	tr.TakeChanges()
+	tr.UpsertEndpointSlice(sliceFixture("b-1", "b", discoveryv1.AddressTypeIPv4,
+		[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
+	if ev, ch := rec.take(), tr.TakeChanges(); len(ev) != 0 || !ch.Empty() {
+		t.Fatalf("endpoint change of rejected b: events %v, changes %+v; want none", ev, ch)
+	}
+	if b := tr.Service(keyOf("b")); b.Rejected == nil || b.Rejected.Reason != ReasonServiceConflict {
+		t.Fatalf("b after endpoint change = %+v; want still rejected, %s", b, ReasonServiceConflict)
 	}
 }
 

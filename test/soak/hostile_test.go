@@ -101,10 +101,13 @@ func hostileInputs() []hostileInput {
 	out = append(out, hostileInput{file: "reason-apivalidation.yaml", content: hsvc(`"a/b"`, "", ip(118)+", ports: [{name: http, port: 80}]"),
 		rejected: map[string]string{"a/b": "APIValidation"}})
 	ext := lab.ExternalIPv4(5).String()
+	// The newer Service names the older one's cluster IP and external IP, so every address it has
+	// clashes: nothing is left to serve and it is rejected whole. (A clash on a shared address
+	// alone withholds only that: test/e2e TestConflictWithholdsOnlyTheClash.)
 	out = append(out, hostileInput{file: "conflict.yaml",
 		content: hsvc("older", `, creationTimestamp: "2026-01-01T00:00:00Z"`+ann(rangesKey, "a=20000-20099"), ip(120)+", externalIPs: ["+ext+"], ports: [{name: a, port: 20000}]") +
 			hslice("older-1", "older", "IPv4", "[{name: a, port: 20000, protocol: TCP}]", "[{addresses: [198.18.128.11]}]") +
-			hsvc("newer", `, creationTimestamp: "2026-02-01T00:00:00Z"`+ann(rangesKey, "b=20050-20150"), ip(121)+", externalIPs: ["+ext+"], ports: [{name: b, port: 20050}]"),
+			hsvc("newer", `, creationTimestamp: "2026-02-01T00:00:00Z"`+ann(rangesKey, "b=20050-20150"), ip(120)+", externalIPs: ["+ext+"], ports: [{name: b, port: 20050}]"),
 		rejected: map[string]string{"newer": "ServiceConflict"},
 		probes:   []hostileProbe{{addr: ext + ":20060", outcome: lab.Refused}}}) // older's range, pod-1 has no listener there: the pod resets
 	out = append(out, hostileInput{file: "huge-range.yaml",

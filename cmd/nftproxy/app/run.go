@@ -291,7 +291,11 @@ func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metric
 				log.Info("service accepted again", "service", key.String())
 				return
 			}
-			log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
+			if r.Partial {
+				log.Info("service rejected in part: the rest is programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
+			} else {
+				log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)
+			}
 			if pm != nil {
 				pm.Rejected(r.Reason)
 			}
@@ -399,7 +403,11 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
 	for _, r := range rejected {
-		fmt.Fprintf(&sb, "# rejected service %s (%s): %s\n", oneLine(r.key.String()), r.r.Reason, oneLine(r.r.Message))
+		what := "rejected service"
+		if r.r.Partial {
+			what = "service rejected in part (the rest is programmed)"
+		}
+		fmt.Fprintf(&sb, "# %s %s (%s): %s\n", what, oneLine(r.key.String()), r.r.Reason, oneLine(r.r.Message))
 	}
 	for _, p := range res.Problems {
 		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// KEP-2610's shapes of an all-ports Service: no ports at all, and EndpointSlices without ports.
+// Each Service has a ClusterIP of its own in 80..89.
+
+// allPortsProbePorts picks n distinct random ports below the clients' ephemeral range.
+func allPortsProbePorts(n int) []uint16 {
+	var out []uint16
+	for len(out) < n {
+		p := uint16(1024 + rand.IntN(32767-1024))
+		if !containsPort(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func containsPort(ps []uint16, p uint16) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// writeSliceWithPorts writes one IPv4 EndpointSlice of s whose ports field is ports (nil writes
+// `ports: null`, an empty list), next to s's own manifest, which must have pods nil.
+func (e *env) writeSliceWithPorts(s service, name string, pods []int, ports []any) {
+	e.t.Helper()
+	withPods := s
+	withPods.pods = pods
+	slice := withPods.endpointSlice("IPv4")
+	slice["metadata"].(map[string]any)["name"] = name
+	slice["ports"] = ports
+	e.writeFile(s.ns()+"-"+name+".yaml", yamlDocs(slice))
+}
+
+// TestAllPortsWithoutPorts (issue 17 item 1): an all-ports Service that lists no ports at all,
+// as KEP-2610 has it, forwards every port of TCP, UDP and SCTP on its ClusterIP to the pod on the
+// same port. Its EndpointSlice has no ports either (item 2). The API server requires ports, so
+// manifest mode is where this shape exists; it used to be refused, then programmed as nothing.
+func TestAllPortsWithoutPorts(t *testing.T) {
+	t.Parallel()
+	probePorts := allPortsProbePorts(2)
+	t.Logf("probe ports: %v", probePorts)
+	var specs []lab.PortSpec
+	for _, p := range probePorts {
+		specs = append(specs, lab.Port(p))
+	}
+	svc := service{name: "noports", clusterIPs: []netip.Addr{lab.ClusterIPv4(80)},
+		annotations: map[string]string{annotation.AllPortsKey: "true"}, pods: []int{1}}
+	e := newEnv(t, lab.Options{Pods: 1, Ports: specs}, svc)
+	e.start(svc)
+	rs := e.ruleset()
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		if !strings.Contains(rs, `"default/noports/`+proto+`/all"`) {
+			t.Errorf("ruleset has no all-ports entry for %s:\n%s", proto, rs)
+		}
+	}
+	masq := netip.MustParseAddr(lab.PodGatewayV4)
+	c := e.lab.Client(1)
+	for _, p := range probePorts {
+		for _, network := range []string{"tcp", "udp"} {
+			replied(podNames(1), p, masq).check(t, network+" clusterIP", c.Dial(e.ctx, network, hostPort(lab.ClusterIPv4(80), p)))
+		}
+	}
+
+	// SCTP: this kernel has no SCTP sockets, so an INIT is sent raw and watched for at the pod.
+	pod, err := rawSCTP(e.lab.Pod(1).NS, lab.PodIPv4(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pod.Close()
+	client, err := rawSCTP(c.NS, lab.ClientIPv4(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	const tag = 0x5c7a0001
+	port := probePorts[0]
+	if _, err := client.WriteToIP(sctpInit(40000, port, tag), &net.IPAddr{IP: lab.ClusterIPv4(80).AsSlice()}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := awaitInit(pod, tag, 2*time.Second)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !ok:
+		t.Errorf("SCTP INIT to the ClusterIP port %d: nothing reached pod-1", port)
+	case got.dstPort != port || got.from != masq:
+		t.Errorf("SCTP INIT to the ClusterIP port %d: pod-1 got %v, want it on port %d from %s", port, got, port, masq)
+	}
+}
+
+// TestAllPortsSlicesWithoutPorts (issue 17 item 2): the EndpointSlice of an all-ports Service
+// whose ports list is empty (KEP-2610's design), or whose port entry has no port number (the
+// EndpointSlice API's "all ports"), gives the Service its endpoints. The empty list used to
+// give none, so traffic was refused.
+func TestAllPortsSlicesWithoutPorts(t *testing.T) {
+	t.Parallel()
+	probePorts := allPortsProbePorts(2)
+	t.Logf("probe ports: %v", probePorts)
+	var specs []lab.PortSpec
+	for _, p := range probePorts {
+		specs = append(specs, lab.Port(p))
+	}
+	anyPorts := []servicePort{{name: "tcp", proto: "TCP", port: 1}, {name: "udp", proto: "UDP", port: 1}}
+	empty := service{name: "empty-slice", clusterIPs: []netip.Addr{lab.ClusterIPv4(81)}, ports: anyPorts,
+		annotations: map[string]string{annotation.AllPortsKey: "true"}}
+	unset := service{name: "unset-port", clusterIPs: []netip.Addr{lab.ClusterIPv4(82)}, ports: anyPorts,
+		annotations: map[string]string{annotation.AllPortsKey: "true"}}
+	e := newEnv(t, lab.Options{Pods: 2, Ports: specs}, empty, unset)
+	e.writeSliceWithPorts(empty, "empty-slice-1", []int{1}, nil)
+	e.writeSliceWithPorts(unset, "unset-port-1", []int{2}, []any{map[string]any{"protocol": "TCP"}, map[string]any{"protocol": "UDP"}})
+	e.start(empty, unset)
+	masq := netip.MustParseAddr(lab.PodGatewayV4)
+	c := e.lab.Client(1)
+	for _, p := range probePorts {
+		for _, network := range []string{"tcp", "udp"} {
+			replied(podNames(1), p, masq).check(t, network+" empty slice", c.Dial(e.ctx, network, hostPort(lab.ClusterIPv4(81), p)))
+			replied(podNames(2), p, masq).check(t, network+" port without number", c.Dial(e.ctx, network, hostPort(lab.ClusterIPv4(82), p)))
+		}
+	}
+}
