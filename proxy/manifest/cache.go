@@ -5,8 +5,6 @@ import (
 	"slices"
 	"syscall"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // settleTime is how long a file must have been left alone (its mtime and ctime that far in the
@@ -27,9 +25,10 @@ const settleTime = time.Second
 //     write to one of them would have been named too. Its cost follows the change, not the
 //     directory: at 10,000 files a full reload's listing and stats alone took 30 ms.
 //
-// EndpointSlices and Nodes are handed out as they were decoded (nothing writes to them);
-// Services are handed out as fresh copies of the decoded ones, since manifest mode's node-port
-// assigner writes its assignments into the Services it is given.
+// Objects are handed out as they were decoded, the same objects at every reload until their file
+// changes: nothing downstream writes to them (manifest mode's node-port assigner gives the model
+// copies of the Services it assigns ports to), and the Feeder skips by identity what it fed
+// last time.
 type fileCache struct {
 	now   func() time.Time
 	files map[string]cachedFile
@@ -43,7 +42,7 @@ type fileCache struct {
 type cachedFile struct {
 	key     fileKey
 	settled bool       // a full load may reuse objs by key alone
-	objs    Objects    // Services and Refused Services are kept pristine, handed out as copies
+	objs    Objects    // as decoded; never written to
 	err     *FileError // why the file contributes no objects; nil when it loaded
 }
 
@@ -95,9 +94,8 @@ func (c *fileCache) forget(name string) {
 }
 
 // assemble merges every file's objects in name order into one load, with the failed files'
-// errors and the duplicates it finds. copyServices hands out copies of the Services, keeping the
-// cached ones pristine for the next reload.
-func (c *fileCache) assemble(copyServices bool) (Objects, []FileError) {
+// errors and the duplicates it finds.
+func (c *fileCache) assemble() (Objects, []FileError) {
 	objs := Objects{From: make(map[Ref]string, 2*len(c.names))}
 	var errs []FileError
 	for _, name := range c.names {
@@ -106,26 +104,7 @@ func (c *fileCache) assemble(copyServices bool) (Objects, []FileError) {
 			errs = append(errs, *e.err)
 			continue
 		}
-		f := e.objs
-		if copyServices {
-			f = f.withServiceCopies()
-		}
-		errs = append(errs, objs.merge(f, name)...)
+		errs = append(errs, objs.merge(e.objs, name)...)
 	}
 	return objs, errs
-}
-
-// withServiceCopies returns o with deep copies of its Services (and refused Services); the rest
-// is shared.
-func (o Objects) withServiceCopies() Objects {
-	out := o
-	out.Services = make([]*corev1.Service, len(o.Services))
-	for i, s := range o.Services {
-		out.Services[i] = s.DeepCopy()
-	}
-	out.Refused = make([]RefusedService, len(o.Refused))
-	for i, r := range o.Refused {
-		out.Refused[i] = RefusedService{Service: r.Service.DeepCopy(), Rejection: r.Rejection}
-	}
-	return out
 }

@@ -191,8 +191,7 @@ func (l Loader) Load(dir string) (Objects, []FileError) { return l.load(dir, nil
 // them, and leaving in cache what it found for the reloads to come (nil: decode every file,
 // keep nothing).
 func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
-	keep := cache != nil
-	if !keep {
+	if cache == nil {
 		cache = newFileCache()
 	}
 	start := cache.now()
@@ -224,7 +223,7 @@ func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
 			cache.forget(name)
 		}
 	}
-	return cache.assemble(keep)
+	return cache.assemble()
 }
 
 // loadChanged reloads only the files named in changed (base names within dir), and takes every
@@ -250,7 +249,7 @@ func (l Loader) loadChanged(dir string, cache *fileCache, changed map[string]boo
 		}
 		l.decode(dec, cache, path, name, st, start)
 	}
-	return cache.assemble(true)
+	return cache.assemble()
 }
 
 // decode reads one file into cache.

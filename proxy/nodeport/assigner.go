@@ -72,6 +72,7 @@ type Assigner struct {
 
 	mu      sync.Mutex
 	held    map[string]svcEntry // last assignment, by "namespace/name"
+	gave    map[string]written  // what the last Assign gave the model (see round.write)
 	written []byte              // last state written (nil: nothing written yet)
 }
 
@@ -115,10 +116,11 @@ func (a *Assigner) Assign(objs *manifest.Objects, errs []manifest.FileError) ([]
 	for _, e := range errs {
 		failed[e.File] = true
 	}
-	r := newRound(a.cfg)
-	for _, svc := range objs.Services {
+	r := newRound(a.cfg, a.gave)
+	plans := make([]*plan, len(objs.Services))
+	for i, svc := range objs.Services {
 		key := svc.Namespace + "/" + svc.Name
-		r.addLive(svc, objs.From[manifest.Ref{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}], key, a.held[key])
+		plans[i] = r.addLive(svc, objs.From[manifest.Ref{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}], key, a.held[key])
 	}
 	for key, e := range a.held {
 		if _, live := r.live[key]; !live && failed[e.File] {
@@ -126,8 +128,11 @@ func (a *Assigner) Assign(objs *manifest.Objects, errs []manifest.FileError) ([]
 		}
 	}
 	r.run()
+	for i, p := range plans {
+		objs.Services[i] = p.svc
+	}
 	a.observe(r)
-	a.held = r.result()
+	a.held, a.gave = r.result(), r.nextWritten
 	for _, p := range r.problems {
 		a.log.V(1).Info("Node port not assigned", "service", p.Service, "port", p.Port, "reason", p.Err.Error())
 	}

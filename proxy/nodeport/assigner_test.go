@@ -381,8 +381,7 @@ func TestFailedFileKeepsPorts(t *testing.T) {
 	keptPort := kept.Spec.Ports[0].NodePort
 
 	b, c := newSvc("b", 1, port("http", "TCP", 80, 0)), newSvc("c", 2, port("http", "TCP", 80, 0))
-	objs := objects(b, c)
-	probs, err := a.Assign(objs, []manifest.FileError{{File: "kept.yaml"}})
+	probs, err := assignWith(t, a, []manifest.FileError{{File: "kept.yaml"}}, b, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,4 +508,38 @@ func TestNoBlockRange(t *testing.T) {
 	s := newSvc("rtp", 0, annotate(annotation.PortRangesKey, "rtp=16384-16393"), port("rtp", "UDP", 16384, 0))
 	checkProblems(t, assign(t, a, s), []wantProblem{{"default/rtp", "rtp", policy.ErrNoBlockRange}})
 	checkSvc(t, s, wantSvc{nodePorts: []int32{0}})
+}
+
+// TestAssignKeepsObjectsStable: a reload hands the Assigner the same Service objects for files
+// that did not change; the model must then be given the very objects of the last time (the
+// Feeder skips those by identity): the Service itself when nothing is assigned to it, the same
+// copy when its assignment is the same again, and a new copy only when the assignment changes.
+func TestAssignKeepsObjectsStable(t *testing.T) {
+	a := newAssigner(t, testNodePorts, "")
+	plain := newSvc("plain", 0, port("http", "TCP", 80, 0))
+	plain.Spec.Type = corev1.ServiceTypeClusterIP
+	np := newSvc("np", 1, port("http", "TCP", 80, 0))
+	load := func() []*corev1.Service {
+		t.Helper()
+		objs := objects(plain, np)
+		if _, err := a.Assign(objs, nil); err != nil {
+			t.Fatal(err)
+		}
+		return objs.Services
+	}
+	first, second := load(), load()
+	if first[0] != plain || second[0] != plain {
+		t.Errorf("a ClusterIP Service was copied: the model should get the loaded object itself")
+	}
+	if first[1] == np || second[1] != first[1] {
+		t.Errorf("NodePort Service: got %p then %p from %p; want one copy, handed out again while its port is the same", first[1], second[1], np)
+	}
+	// The file changes: a new object asking for a static port.
+	np = np.DeepCopy()
+	np.Spec.Ports[0].NodePort = 30080
+	third := load()
+	if third[1] == second[1] || third[1] != np || third[1].Spec.Ports[0].NodePort != 30080 {
+		t.Errorf("after the file named its node port: got %p (port %d); want the loaded object itself, which says it already",
+			third[1], third[1].Spec.Ports[0].NodePort)
+	}
 }

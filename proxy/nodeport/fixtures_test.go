@@ -1,6 +1,7 @@
 package nodeport
 
 import (
+	"k8s.io/apimachinery/pkg/api/equality"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -97,11 +98,31 @@ func newAssigner(t *testing.T, nodePorts allocator.Range, dir string) *Assigner 
 // assign runs one assignment and fails the test on a persistence error.
 func assign(t *testing.T, a *Assigner, svcs ...*corev1.Service) []Problem {
 	t.Helper()
-	probs, err := a.Assign(objects(svcs...), nil)
+	probs, err := assignWith(t, a, nil, svcs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return probs
+}
+
+// assignWith runs one assignment of svcs with the load's file errors errs. Assign must not write
+// into the Services it is given (the manifest Watcher keeps them for the next reload): it fails
+// the test if it did. Then it puts what the model is given into svcs, for the test to check.
+func assignWith(t *testing.T, a *Assigner, errs []manifest.FileError, svcs ...*corev1.Service) ([]Problem, error) {
+	t.Helper()
+	objs := objects(svcs...)
+	before := make([]*corev1.Service, len(svcs))
+	for i, s := range svcs {
+		before[i] = s.DeepCopy()
+	}
+	probs, err := a.Assign(objs, errs)
+	for i, s := range svcs {
+		if !equality.Semantic.DeepEqual(s, before[i]) {
+			t.Errorf("%s: Assign wrote into the Service it was given", s.Name)
+		}
+		*s = *objs.Services[i]
+	}
+	return probs, err
 }
 
 func nodePorts(s *corev1.Service) []int32 {

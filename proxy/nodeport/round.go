@@ -2,6 +2,8 @@ package nodeport
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,6 +39,8 @@ type round struct {
 	kept      map[string]svcEntry
 	problems  []Problem
 	events    []event
+	// written is what the last round gave the model, by key; nextWritten what this one gives.
+	written, nextWritten map[string]written
 }
 
 // event is one new node-port request, for the metrics.
@@ -68,12 +72,12 @@ type plan struct {
 	blocks   map[string]allocator.Range
 }
 
-func newRound(cfg Config) *round {
+func newRound(cfg Config, last map[string]written) *round {
 	var opts []allocator.Option
 	if cfg.Rand != nil {
 		opts = append(opts, allocator.WithRand(cfg.Rand))
 	}
-	r := &round{cfg: cfg, live: map[string]*plan{}, kept: map[string]svcEntry{}}
+	r := &round{cfg: cfg, live: map[string]*plan{}, kept: map[string]svcEntry{}, written: last, nextWritten: map[string]written{}}
 	// Both ranges were validated by New, so these cannot fail.
 	r.nodePorts, _ = allocator.New(cfg.NodePortRange, opts...)
 	if cfg.hasBlocks() {
@@ -82,7 +86,7 @@ func newRound(cfg Config) *round {
 	return r
 }
 
-func (r *round) addLive(svc *corev1.Service, file, key string, held svcEntry) {
+func (r *round) addLive(svc *corev1.Service, file, key string, held svcEntry) *plan {
 	p := &plan{key: key, file: file, svc: svc, held: held, nodePort: make([]int, len(svc.Spec.Ports)),
 		claimed: map[int]bool{}, blocks: map[string]allocator.Range{}, shifted: map[string]bool{}}
 	if rs, err := annotation.ParseRanges(svc.Annotations[annotation.PortRangesKey]); err == nil {
@@ -104,6 +108,7 @@ func (r *round) addLive(svc *corev1.Service, file, key string, held svcEntry) {
 	}
 	r.live[key] = p
 	r.order = append(r.order, p)
+	return p
 }
 
 func (r *round) addKept(key string, e svcEntry) { r.kept[key] = e }
@@ -121,7 +126,7 @@ func (r *round) run() {
 		return r.order[i].key < r.order[j].key
 	})
 	r.claimKept()
-	for _, phase := range []func(*plan){r.reuse, r.static, r.dynamic, (*plan).write} {
+	for _, phase := range []func(*plan){r.reuse, r.static, r.dynamic, r.write} {
 		for _, p := range r.order {
 			if p.assigned() {
 				phase(p)
@@ -386,18 +391,53 @@ func (p *plan) rangedNames() []string {
 	return out
 }
 
-// write records the result on the Service object the model will see.
-func (p *plan) write() {
+// written is what an earlier round gave the model for one Service: the Service it was handed
+// (in) and the copy with that round's assignment (out).
+type written struct{ in, out *corev1.Service }
+
+// write gives the model the Service with this round's assignment, never writing into the
+// Service the load handed over (the manifest Watcher keeps those for the reloads to come): the
+// Service itself when it already says what was assigned, the copy an earlier round made from
+// the same Service when the assignment is the same again, or a new copy. So a reload hands the
+// Feeder the very objects it fed last time for every Service whose file and assignment did not
+// change, and the Feeder skips them by identity.
+func (r *round) write(p *plan) {
+	in := p.svc
+	if !p.apply(scratch(in)) {
+		return
+	}
+	if w, ok := r.written[p.key]; ok && w.in == in && !p.apply(scratch(w.out)) {
+		p.svc = w.out
+	} else {
+		p.svc = in.DeepCopy()
+		p.apply(p.svc)
+	}
+	r.nextWritten[p.key] = written{in: in, out: p.svc}
+}
+
+// scratch is a copy of svc that apply may write to: the fields apply writes are its own, the
+// rest is shared with svc.
+func scratch(svc *corev1.Service) *corev1.Service {
+	c := *svc
+	c.Spec.Ports = slices.Clone(svc.Spec.Ports)
+	c.Annotations = maps.Clone(svc.Annotations)
+	return &c
+}
+
+// apply records the result on svc, and says whether that changed anything.
+func (p *plan) apply(svc *corev1.Service) (changed bool) {
 	for i := range p.portsOf() {
-		if !p.isRanged(p.svc.Spec.Ports[i].Name) {
-			p.svc.Spec.Ports[i].NodePort = int32(p.nodePort[i])
+		if !p.isRanged(svc.Spec.Ports[i].Name) && svc.Spec.Ports[i].NodePort != int32(p.nodePort[i]) {
+			svc.Spec.Ports[i].NodePort = int32(p.nodePort[i])
+			changed = true
 		}
 	}
-	if policy.NeedsHealthCheck(p.svc) {
-		p.svc.Spec.HealthCheckNodePort = int32(p.hc)
+	if policy.NeedsHealthCheck(svc) && svc.Spec.HealthCheckNodePort != int32(p.hc) {
+		svc.Spec.HealthCheckNodePort = int32(p.hc)
+		changed = true
 	}
-	if p.requestsUnusable || !policy.HasNodePorts(p.svc) {
-		return
+	if p.requestsUnusable || !policy.HasNodePorts(svc) {
+		return changed
 	}
 	var entries []string
 	for _, name := range p.rangedNames() {
@@ -405,15 +445,21 @@ func (p *plan) write() {
 			entries = append(entries, fmt.Sprintf("%s=%s", name, b))
 		}
 	}
+	old, had := svc.Annotations[annotation.NodePortRangesKey]
 	switch {
 	case len(entries) > 0:
-		if p.svc.Annotations == nil {
-			p.svc.Annotations = map[string]string{}
+		if v := strings.Join(entries, ","); !had || old != v {
+			if svc.Annotations == nil {
+				svc.Annotations = map[string]string{}
+			}
+			svc.Annotations[annotation.NodePortRangesKey] = v
+			changed = true
 		}
-		p.svc.Annotations[annotation.NodePortRangesKey] = strings.Join(entries, ",")
-	case p.svc.Annotations != nil:
-		delete(p.svc.Annotations, annotation.NodePortRangesKey)
+	case had:
+		delete(svc.Annotations, annotation.NodePortRangesKey)
+		changed = true
 	}
+	return changed
 }
 
 // result is the assignment to keep: every live Service's holdings, plus the kept ones.

@@ -142,7 +142,7 @@ func TestPersistFailureReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSvc("web", 0, port("http", "TCP", 80, 0))
-	_, err = a.Assign(objects(s), nil)
+	_, err = assignWith(t, a, nil, s)
 	if err == nil || !strings.Contains(err.Error(), "restart") {
 		t.Errorf("Assign with an unwritable state directory: got %v, want an error that says the ports would not survive a restart", err)
 	}
