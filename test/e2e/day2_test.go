@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -30,12 +31,12 @@ const (
 func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.PortRange(mediaStart, mediaEnd)}})
-	media := policyService{name: "media", clusterIP: lab.ClusterIPv4(40), proto: "UDP", port: mediaStart, portName: "rtp",
-		keepsPortEnds: true, annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", mediaStart, mediaEnd)},
-		endpoints: local(2)}
-	e.writeFile("media.yaml", media.manifests())
-	e.start()
-	e.waitFor("Service "+media.key(), func(rs string) bool { return strings.Contains(rs, `"`+media.key()) })
+	media := fixture.Service{Name: "media", ClusterIPs: []netip.Addr{lab.ClusterIPv4(40)},
+		Ports:       []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: mediaStart}},
+		Annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", mediaStart, mediaEnd)},
+		Endpoints:   local(2)}
+	e.write(media)
+	e.start(media)
 
 	dst := hostPort(lab.ClusterIPv4(40), mediaStart+5)
 	flow := lab.NewFlow(e.lab.Client(1).NS, "udp", dst)
@@ -46,8 +47,8 @@ func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
 		t.Fatalf("no conntrack entry of the flow to pod-2 (err %v):\n%s", err, ct)
 	}
 
-	media.endpoints = local(1)
-	e.writeFile("media.yaml", media.manifests())
+	media.Endpoints = local(1)
+	e.write(media)
 	e.waitFor("pod-1 as the only endpoint", func(rs string) bool {
 		return strings.Contains(rs, "dnat to "+lab.PodIPv4(1).String()) && !strings.Contains(rs, "dnat to "+lab.PodIPv4(2).String())
 	})
@@ -98,18 +99,23 @@ func healthCheck(t *testing.T, e *env) (int, map[string]any) {
 	return resp.StatusCode, body
 }
 
+// localLB is an IPv4 LoadBalancer Service from port 80 to 8080 on ClusterIPv4(n) and
+// LoadBalancerIPv4(n), externalTrafficPolicy Local with health-check node port healthCheckPort.
+func localLB(name string, n int, nodePort int32, eps ...fixture.Endpoint) fixture.Service {
+	lb := policyWeb(name, n, eps...)
+	lb.Type, lb.Ports[0].NodePort, lb.LoadBalancerIPs = "LoadBalancer", nodePort, []netip.Addr{lab.LoadBalancerIPv4(n)}
+	lb.AllocateNodePorts, lb.Edit = ptrTo(true), externalLocal(healthCheckPort)
+	return lb
+}
+
 // TestHealthCheckNodePortFollowsLocalEndpoints: 200 with the local endpoint count while this
 // node has a ready local endpoint, 503 once it has none.
 func TestHealthCheckNodePortFollowsLocalEndpoints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
-	lb := policyService{name: "lb-local", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(41), proto: "TCP", port: 80, target: 8080,
-		portName: "http", nodePort: 30141, lbIP: lab.LoadBalancerIPv4(41),
-		spec:      map[string]any{"externalTrafficPolicy": "Local", "healthCheckNodePort": healthCheckPort},
-		endpoints: append(local(1), remote(2)...)}
-	e.writeFile("lb.yaml", lb.manifests())
-	e.start()
-	e.waitFor("Service "+lb.key(), func(rs string) bool { return strings.Contains(rs, `"`+lb.key()) })
+	lb := localLB("lb-local", 41, 30141, append(local(1), remote(2)...)...)
+	e.write(lb)
+	e.start(lb)
 
 	check := func(step string, wantCode int, wantLocal float64) {
 		t.Helper()
@@ -127,7 +133,7 @@ func TestHealthCheckNodePortFollowsLocalEndpoints(t *testing.T) {
 		}
 	}
 	check("one local endpoint", http.StatusOK, 1)
-	lb.endpoints = remote(1, 2)
-	e.writeFile("lb.yaml", lb.manifests())
+	lb.Endpoints = remote(1, 2)
+	e.write(lb)
 	check("no local endpoint", http.StatusServiceUnavailable, 0)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,14 +16,10 @@ import (
 func TestHealthCheckNodePortBindsNodePortAddresses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
-	lb := policyService{name: "lb-local", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(42), proto: "TCP", port: 80, target: 8080,
-		portName: "http", nodePort: 30142, lbIP: lab.LoadBalancerIPv4(42),
-		spec:      map[string]any{"externalTrafficPolicy": "Local", "healthCheckNodePort": healthCheckPort},
-		endpoints: local(1)}
-	e.writeFile("lb.yaml", lb.manifests())
+	lb := localLB("lb-local", 42, 30142, local(1)...)
+	e.write(lb)
 	e.flags = []string{"--nodeport-addresses", lab.NodeIPv4 + "/32"}
-	e.start()
-	e.waitFor("Service "+lb.key(), func(rs string) bool { return strings.Contains(rs, `"`+lb.key()) })
+	e.start(lb)
 
 	deadline := time.Now().Add(5 * time.Second)
 	for {
