@@ -12,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // httpGet sends GET path to addr from inside namespace ns; the status line and the body.
@@ -40,26 +42,15 @@ func httpGet(ns *netns.NS, addr, path string) (status, body string, err error) {
 	return strings.TrimSpace(status), body, err
 }
 
-// createLocalLB creates a LoadBalancer Service with externalTrafficPolicy Local on ClusterIPv4(ip)
-// with endpoints on pods of this node, and returns the health-check node port the API server
-// allocated for it.
-func (e *env) createLocalLB(s svc) int {
+// createLocalLB creates s as a LoadBalancer Service with externalTrafficPolicy Local and
+// returns the health-check node port the API server allocated for it.
+func (e *env) createLocalLB(s fixture.Service) int {
 	e.t.Helper()
-	obj := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: s.name},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: lab.ClusterIPv4(s.ip).String(),
-			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
-			Ports:                 []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
-	created, err := e.cs.CoreV1().Services(testNS).Create(e.ctx, obj, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatalf("create Service %s: %v", s.name, err)
-	}
+	s.Type = corev1.ServiceTypeLoadBalancer
+	s.Edit = func(o *corev1.Service) { o.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }
+	created := e.createService(s)
 	if created.Spec.HealthCheckNodePort == 0 {
-		e.t.Fatalf("Service %s: the API server allocated no healthCheckNodePort", s.name)
-	}
-	if _, err := e.cs.DiscoveryV1().EndpointSlices(testNS).Create(e.ctx, s.slice(), metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create EndpointSlice of %s: %v", s.name, err)
+		e.t.Fatalf("Service %s: the API server allocated no healthCheckNodePort", s.Name)
 	}
 	return int(created.Spec.HealthCheckNodePort)
 }
@@ -78,17 +69,7 @@ func (e *env) healthCheck(port int) string {
 // waitUntil polls cond (bounded by waitBound) and fails with what when it never holds.
 func (e *env) waitUntil(what string, cond func() (bool, string)) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for {
-		ok, got := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not after %v; last seen: %s", what, waitBound, got)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	tier.Until(e.t, e.ctx, waitBound, 250*time.Millisecond, what, cond)
 }
 
 // metric reads one series from the daemon's /metrics inside the node ("" if absent).
@@ -116,11 +97,11 @@ func (e *env) metric(series string) string {
 func TestAPIServerOutage(t *testing.T) {
 	const timeout = 3 * time.Second
 	e := newEnv(t, map[string]string{"healthz-timeout": timeout.String(), "nodeport-addresses": lab.NodeIPv4 + "/32"})
-	web := svc{name: "web", ip: 50, pods: []int{1}}
+	web := httpService("web", 50, 1)
 	e.createService(web)
-	lb := svc{name: "lb", ip: 51, pods: []int{1}}
+	lb := httpService("lb", 51, 1)
 	hcPort := e.createLocalLB(lb)
-	e.waitFor("web with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, web, web.pods) })
+	e.waitFor("web with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, web, []int{1}) })
 	e.waitUntil("health-check node port answers 200", func() (bool, string) {
 		got := e.healthCheck(hcPort)
 		return strings.Contains(got, " 200 "), got
@@ -184,14 +165,14 @@ func TestAPIServerOutage(t *testing.T) {
 // endpoints leave by themselves), and the rules keep serving.
 func TestNodeDrainingFailsHealthz(t *testing.T) {
 	e := newEnv(t, nil)
-	lb := svc{name: "lb", ip: 52, pods: []int{1}}
+	lb := httpService("lb", 52, 1)
 	hcPort := e.createLocalLB(lb)
 	e.waitProgrammed(lb)
 	e.waitHealth("/healthz before the taint", "/healthz", " 200 ")
 
 	taint := func(on bool) {
 		t.Helper()
-		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +203,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	e.waitHealth("/healthz once the taint is removed", "/healthz", " 200 ")
 
 	// Deletion: a finalizer keeps the Node object while its deletionTimestamp is set.
-	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +211,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	if _, err := e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cs.CoreV1().Nodes().Delete(e.ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.CoreV1().Nodes().Delete(e.ctx, fixture.NodeName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitHealth("/healthz while the Node is being deleted", "/healthz", " 503 ")
@@ -239,7 +220,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	}
 	e.probe(lb, 1)
 	// Let the deletion finish, so the API server holds nothing pending when it stops.
-	if n, err = e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{}); err == nil {
+	if n, err = e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{}); err == nil {
 		n.Finalizers = nil
 		_, err = e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
 	}
