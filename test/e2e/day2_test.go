@@ -13,6 +13,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // Day-2 behaviours that need the daemon's after-sync work (issue 4): stale UDP conntrack
@@ -119,18 +120,12 @@ func TestHealthCheckNodePortFollowsLocalEndpoints(t *testing.T) {
 
 	check := func(step string, wantCode int, wantLocal float64) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		what := fmt.Sprintf("%s: health check answering %d with localEndpoints %v", step, wantCode, wantLocal)
+		tier.Until(t, e.ctx, 5*time.Second, 100*time.Millisecond, what, func() (bool, string) {
 			code, body := healthCheck(t, e)
 			got, _ := body["localEndpoints"].(float64)
-			if code == wantCode && got == wantLocal {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: health check answered %d %v, want %d with localEndpoints %v", step, code, body, wantCode, wantLocal)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return code == wantCode && got == wantLocal, fmt.Sprintf("%d %v", code, body)
+		})
 	}
 	check("one local endpoint", http.StatusOK, 1)
 	lb.Endpoints = remote(1, 2)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // TestHealthCheckNodePortBindsNodePortAddresses: with --nodeport-addresses, the health-check
@@ -21,17 +22,10 @@ func TestHealthCheckNodePortBindsNodePortAddresses(t *testing.T) {
 	e.flags = []string{"--nodeport-addresses", lab.NodeIPv4 + "/32"}
 	e.start(lb)
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	tier.Until(t, e.ctx, 5*time.Second, 100*time.Millisecond, "health check on "+lab.NodeIPv4+" answering 200", func() (bool, string) {
 		code, body := healthCheck(t, e)
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health check on %s: %d %v, want 200", lab.NodeIPv4, code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return code == http.StatusOK, fmt.Sprintf("%d %v", code, body)
+	})
 	err := e.lab.Node.Do(func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", healthCheckPort), 2*time.Second)
 		if err == nil {
