@@ -59,6 +59,12 @@ type env struct {
 // only CAP_NET_ADMIN in the capability bounding set.
 func newEnv(t *testing.T, cfg map[string]string) *env {
 	t.Helper()
+	return newLabEnv(t, cfg, lab.Options{Pods: 2})
+}
+
+// newLabEnv is newEnv with a lab of the given shape (its pods' ports, for ranges and all-ports).
+func newLabEnv(t *testing.T, cfg map[string]string, opts lab.Options) *env {
+	t.Helper()
 	netns.Skip(t)
 	c := cluster.Start(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitBound)
@@ -78,7 +84,7 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 		t.Fatal(err)
 	}
 	e.createNode()
-	e.lab = lab.New(t, lab.Options{Pods: 2})
+	e.lab = lab.New(t, opts)
 
 	ttl := int64(3600)
 	tr, err := e.cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "nftproxy",
@@ -128,12 +134,20 @@ func vip(s fixture.Service) string { return netip.AddrPortFrom(s.ClusterIPs[0], 
 func marker(s fixture.Service) string { return `"` + s.Key() }
 
 // createService creates s and its EndpointSlices through the API, as the EndpointSlice
-// controller would write them; it returns the Service as the API server stored it.
+// controller would write them, and writes its LoadBalancerIPs in its status as a load balancer
+// controller would; it returns the Service as the API server stored it.
 func (e *env) createService(s fixture.Service) *corev1.Service {
 	e.t.Helper()
-	created, err := e.cs.CoreV1().Services(s.NS()).Create(e.ctx, s.Object(), metav1.CreateOptions{})
+	obj := s.Object()
+	created, err := e.cs.CoreV1().Services(s.NS()).Create(e.ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create Service %s: %v", s.Name, err)
+	}
+	if len(obj.Status.LoadBalancer.Ingress) > 0 {
+		created.Status = obj.Status
+		if created, err = e.cs.CoreV1().Services(s.NS()).UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+			e.t.Fatalf("status of Service %s: %v", s.Name, err)
+		}
 	}
 	for _, sl := range s.Slices() {
 		if _, err := e.cs.DiscoveryV1().EndpointSlices(s.NS()).Create(e.ctx, sl, metav1.CreateOptions{}); err != nil {
