@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -74,30 +72,20 @@ func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
 	}
 }
 
-// healthCheck asks the node's health-check node port from client-1, as a load balancer would.
+// healthCheck asks the node's health-check node port from client-1, as a load balancer would:
+// the status code (0 when nothing answered) and the JSON body.
 func healthCheck(t *testing.T, e *env) (int, map[string]any) {
 	t.Helper()
-	var conn net.Conn
-	addr := hostPort(netip.MustParseAddr(lab.NodeIPv4), healthCheckPort)
-	if err := e.lab.Client(1).NS.Do(func() (err error) {
-		conn, err = net.DialTimeout("tcp", addr, 2*time.Second)
-		return err
-	}); err != nil {
+	url := "http://" + hostPort(netip.MustParseAddr(lab.NodeIPv4), healthCheckPort) + "/healthz"
+	r, err := tier.Get(e.ctx, e.lab.Client(1).NS, url)
+	if err != nil {
 		return 0, nil
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-	fmt.Fprintf(conn, "GET /healthz HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("health check %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
 	var body map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("health check %s: body is not JSON: %v", addr, err)
+	if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+		t.Fatalf("health check %s: body is not JSON: %v", url, err)
 	}
-	return resp.StatusCode, body
+	return r.Code, body
 }
 
 // localLB is an IPv4 LoadBalancer Service from port 80 to 8080 on ClusterIPv4(n) and

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -126,14 +125,11 @@ func (e *env) waitLog(s string) {
 // waitMetric waits (bounded) until the daemon's /metrics, scraped in the node, has the line.
 func (e *env) waitMetric(addr, line string) {
 	e.t.Helper()
-	client := e.lab.Node.HTTPClient(2 * time.Second)
 	tier.Until(e.t, e.ctx, programTimeout, pollInterval, fmt.Sprintf("/metrics with %q", line), func() (bool, string) {
-		resp, err := client.Get("http://" + addr + "/metrics")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://"+addr+"/metrics")
 		if err != nil {
 			return false, err.Error()
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return strings.Contains(string(b), line+"\n"), string(b)
+		return strings.Contains(r.Body, line+"\n"), r.Body
 	})
 }

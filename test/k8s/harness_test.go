@@ -4,10 +4,7 @@
 package k8s
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -200,22 +197,9 @@ func (e *env) healthz() string { e.t.Helper(); return e.health("/healthz") }
 // health asks the daemon's health endpoint path inside the node; the HTTP status line.
 func (e *env) health(path string) string {
 	e.t.Helper()
-	var status string
-	err := e.lab.Node.Do(func() error {
-		// The socket is created on this (namespace-switched) thread; it stays in the node.
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:10256", 5*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
-			return err
-		}
-		status, err = bufio.NewReader(conn).ReadString('\n')
-		return err
-	})
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256"+path)
 	if err != nil {
 		e.t.Fatalf("%s: %v", path, err)
 	}
-	return strings.TrimSpace(status)
+	return r.Status
 }

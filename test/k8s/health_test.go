@@ -1,10 +1,7 @@
 package k8s
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,33 +11,8 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
-	"github.com/nftproxy/nftproxy/test/netns"
 	"github.com/nftproxy/nftproxy/test/tier"
 )
-
-// httpGet sends GET path to addr from inside namespace ns; the status line and the body.
-func httpGet(ns *netns.NS, addr, path string) (status, body string, err error) {
-	err = ns.Do(func() error {
-		// The socket is created on this (namespace-switched) thread; it stays in ns.
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
-			return err
-		}
-		r := bufio.NewReader(conn)
-		if status, err = r.ReadString('\n'); err != nil {
-			return err
-		}
-		rest, err := io.ReadAll(r)
-		body = string(rest)
-		return err
-	})
-	return strings.TrimSpace(status), body, err
-}
 
 // createLocalLB creates s as a LoadBalancer Service with externalTrafficPolicy Local and
 // returns the health-check node port the API server allocated for it.
@@ -59,11 +31,11 @@ func (e *env) createLocalLB(s fixture.Service) int {
 // load balancer does; the status line.
 func (e *env) healthCheck(port int) string {
 	e.t.Helper()
-	status, _, err := httpGet(e.lab.Client(1).NS, fmt.Sprintf("%s:%d", lab.NodeIPv4, port), "/")
+	r, err := tier.Get(e.ctx, e.lab.Client(1).NS, fmt.Sprintf("http://%s:%d/", lab.NodeIPv4, port))
 	if err != nil {
 		return "error: " + err.Error()
 	}
-	return status
+	return r.Status
 }
 
 // waitUntil polls cond (bounded by waitBound) and fails with what when it never holds.
@@ -75,11 +47,11 @@ func (e *env) waitUntil(what string, cond func() (bool, string)) {
 // metric reads one series from the daemon's /metrics inside the node ("" if absent).
 func (e *env) metric(series string) string {
 	e.t.Helper()
-	_, body, err := httpGet(e.lab.Node, "127.0.0.1:10249", "/metrics")
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
 	if err != nil {
 		e.t.Fatalf("/metrics: %v", err)
 	}
-	for _, l := range strings.Split(body, "\n") {
+	for _, l := range strings.Split(r.Body, "\n") {
 		if v, ok := strings.CutPrefix(l, series+" "); ok {
 			return v
 		}
@@ -106,7 +78,7 @@ func TestAPIServerOutage(t *testing.T) {
 		got := e.healthCheck(hcPort)
 		return strings.Contains(got, " 200 "), got
 	})
-	if _, _, err := httpGet(e.lab.Node, fmt.Sprintf("127.0.0.1:%d", hcPort), "/"); err == nil {
+	if _, err := tier.Get(e.ctx, e.lab.Node, fmt.Sprintf("http://127.0.0.1:%d/", hcPort)); err == nil {
 		t.Errorf("health-check node port answers on 127.0.0.1, outside --nodeport-addresses %s/32", lab.NodeIPv4)
 	}
 
@@ -126,7 +98,8 @@ func TestAPIServerOutage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the outage was not reported in /healthz's body within %v", waitBound)
 		}
-		status, body, err := httpGet(e.lab.Node, "127.0.0.1:10256", "/healthz")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256/healthz")
+		status, body := r.Status, r.Body
 		if err != nil || !strings.Contains(status, " 200 ") {
 			t.Fatalf("/healthz during the outage: %q %s (err %v), want 200: an unreachable API server must not fail it", status, body, err)
 		}
@@ -186,8 +159,8 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	}
 	taint(true)
 	e.waitHealth("/healthz with the autoscaler's taint", "/healthz", " 503 ")
-	if _, body, _ := httpGet(e.lab.Node, "127.0.0.1:10256", "/healthz"); !strings.Contains(body, `"nodeEligible":false`) {
-		t.Errorf("/healthz body with the taint: %s, want nodeEligible false", body)
+	if r, _ := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256/healthz"); !strings.Contains(r.Body, `"nodeEligible":false`) {
+		t.Errorf("/healthz body with the taint: %s, want nodeEligible false", r.Body)
 	}
 	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
 		t.Errorf("/livez with the taint: %q, want 200", got)

@@ -12,6 +12,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // probe dials s from client-1 and checks which pods answer (none: wantPods empty means the
@@ -141,10 +142,11 @@ func TestNetworkProgrammingIsObserved(t *testing.T) {
 	series := []string{"nftproxy_network_programming_duration_seconds_count", "kubeproxy_network_programming_duration_seconds_count"}
 	// counts reads both series' observation counts; an error until /metrics serves.
 	counts := func() ([]float64, error) {
-		_, body, err := httpGet(e.lab.Node, "127.0.0.1:10249", "/metrics")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
 		if err != nil {
 			return nil, err
 		}
+		body := r.Body
 		var out []float64
 		for _, s := range series {
 			v := math.NaN()
