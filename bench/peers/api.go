@@ -112,7 +112,7 @@ func DeleteService(ctx context.Context, cs kubernetes.Interface, s *model.Servic
 	if err := cs.CoreV1().Services(s.Key.Namespace).Delete(ctx, s.Key.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	err := cs.DiscoveryV1().EndpointSlices(s.Key.Namespace).Delete(ctx, s.Key.Name+"-bench", metav1.DeleteOptions{})
+	err := cs.DiscoveryV1().EndpointSlices(s.Key.Namespace).Delete(ctx, workload.SliceObject(s, time.Time{}).Name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -32,7 +32,7 @@ func TestCreateServiceStoredByAnEarlierAttempt(t *testing.T) {
 	if err := CreateService(context.Background(), cs, s); err != nil {
 		t.Fatalf("CreateService: %v", err)
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices(ProbeNamespace).Get(context.Background(), "p-bench", metav1.GetOptions{}); err != nil {
+	if _, err := cs.DiscoveryV1().EndpointSlices(ProbeNamespace).Get(context.Background(), "p-ipv4", metav1.GetOptions{}); err != nil {
 		t.Errorf("the EndpointSlice was not created: %v", err)
 	}
 	// Another Service holding the address is a real error.

@@ -19,6 +19,7 @@ import (
 	"github.com/nftproxy/nftproxy/bench/syncs"
 	"github.com/nftproxy/nftproxy/test/cluster"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 var (
@@ -145,9 +146,9 @@ func skipCluster() bool {
 func peerCluster(t *testing.T) (c *cluster.Cluster, nftproxy string) {
 	c = cluster.Start(t, cluster.Options{SingleStack: true, NodePortRange: "30000-60000",
 		APIServerArgs: []string{"--service-cluster-ip-range=198.19.0.0/16", "--max-requests-inflight=2000", "--max-mutating-requests-inflight=1000"}})
-	bin := filepath.Join(t.TempDir(), "nftproxy")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
-		t.Fatalf("build nftproxy: %v\n%s", err, out)
+	bin, err := tier.BuildDaemon(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c, bin
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -28,9 +29,9 @@ func TestAllPortsToggled(t *testing.T) {
 		specs = append(specs, lab.Port(p))
 	}
 	clusterIP, lbIP := lab.ClusterIPv4(83), lab.LoadBalancerIPv4(83)
-	svc := service{name: "toggled", typ: "LoadBalancer", clusterIPs: []netip.Addr{clusterIP}, lbIPs: []netip.Addr{lbIP}, pods: []int{1},
-		ports:       []servicePort{{name: "tcp", proto: "TCP", port: port}, {name: "udp", proto: "UDP", port: port}},
-		annotations: map[string]string{annotation.AllPortsKey: "false"}}
+	svc := fixture.Service{Name: "toggled", Type: "LoadBalancer", ClusterIPs: []netip.Addr{clusterIP}, LoadBalancerIPs: []netip.Addr{lbIP}, Endpoints: fixture.Pods(1),
+		Ports:       []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: port}, {Name: "udp", Protocol: "UDP", Port: port}},
+		Annotations: map[string]string{annotation.AllPortsKey: "false"}}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: specs}, svc)
 	e.start(svc)
 	masq := netip.MustParseAddr(lab.PodGatewayV4)
@@ -61,12 +62,12 @@ func TestAllPortsToggled(t *testing.T) {
 
 	check(`explicit "false"`, probe[0:2], false)
 
-	svc.annotations = map[string]string{annotation.AllPortsKey: "true"}
+	svc.Annotations = map[string]string{annotation.AllPortsKey: "true"}
 	e.write(svc)
 	e.waitFor("all-ports set on the running Service", func(rs string) bool { return strings.Contains(rs, allPortsEntry) })
 	check(`set to "true"`, probe[2:4], true)
 
-	svc.annotations = nil
+	svc.Annotations = nil
 	e.write(svc)
 	e.waitFor("all-ports unset", func(rs string) bool {
 		return !strings.Contains(rs, allPortsEntry) && strings.Contains(rs, `"default/toggled/tcp/tcp`)
@@ -89,10 +90,10 @@ func TestAllPortsSourceRanges(t *testing.T) {
 	e := newEnv(t, lab.Options{Clients: 2, Pods: 1, Ports: specs})
 	c1, c2 := e.lab.Client(1), e.lab.Client(2)
 	clusterIP, lbIP := lab.ClusterIPv4(84), lab.LoadBalancerIPv4(84)
-	svc := service{name: "ranged", typ: "LoadBalancer", clusterIPs: []netip.Addr{clusterIP}, lbIPs: []netip.Addr{lbIP}, pods: []int{1},
-		ports:        []servicePort{{name: "tcp", proto: "TCP", port: 1}, {name: "udp", proto: "UDP", port: 1}},
-		annotations:  map[string]string{annotation.AllPortsKey: "true"},
-		sourceRanges: []string{netip.PrefixFrom(c1.IPv4, 32).String()}}
+	svc := fixture.Service{Name: "ranged", Type: "LoadBalancer", ClusterIPs: []netip.Addr{clusterIP}, LoadBalancerIPs: []netip.Addr{lbIP}, Endpoints: fixture.Pods(1),
+		Ports:        []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: 1}, {Name: "udp", Protocol: "UDP", Port: 1}},
+		Annotations:  map[string]string{annotation.AllPortsKey: "true"},
+		SourceRanges: []string{netip.PrefixFrom(c1.IPv4, 32).String()}}
 	e.write(svc)
 	e.start(svc)
 	masq := netip.MustParseAddr(lab.PodGatewayV4)

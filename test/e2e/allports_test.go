@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
 	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -37,15 +41,15 @@ func containsPort(ps []uint16, p uint16) bool {
 }
 
 // writeSliceWithPorts writes one IPv4 EndpointSlice of s whose ports field is ports (nil writes
-// `ports: null`, an empty list), next to s's own manifest, which must have pods nil.
-func (e *env) writeSliceWithPorts(s service, name string, pods []int, ports []any) {
+// `ports: null`, an empty list), next to s's own manifest, which must have Endpoints nil.
+func (e *env) writeSliceWithPorts(s fixture.Service, name string, pods []int, ports []discoveryv1.EndpointPort) {
 	e.t.Helper()
 	withPods := s
-	withPods.pods = pods
-	slice := withPods.endpointSlice("IPv4")
-	slice["metadata"].(map[string]any)["name"] = name
-	slice["ports"] = ports
-	e.writeFile(s.ns()+"-"+name+".yaml", yamlDocs(slice))
+	withPods.Endpoints = fixture.Pods(pods...)
+	slice := withPods.Slices()[0]
+	slice.Name = name
+	slice.Ports = ports
+	e.writeFile(s.NS()+"-"+name+".yaml", fixture.YAML(slice))
 }
 
 // TestAllPortsWithoutPorts (issue 17 item 1): an all-ports Service that lists no ports at all,
@@ -60,8 +64,8 @@ func TestAllPortsWithoutPorts(t *testing.T) {
 	for _, p := range probePorts {
 		specs = append(specs, lab.Port(p))
 	}
-	svc := service{name: "noports", clusterIPs: []netip.Addr{lab.ClusterIPv4(80)},
-		annotations: map[string]string{annotation.AllPortsKey: "true"}, pods: []int{1}}
+	svc := fixture.Service{Name: "noports", ClusterIPs: []netip.Addr{lab.ClusterIPv4(80)},
+		Annotations: map[string]string{annotation.AllPortsKey: "true"}, Endpoints: fixture.Pods(1)}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: specs}, svc)
 	e.start(svc)
 	rs := e.ruleset()
@@ -117,14 +121,14 @@ func TestAllPortsSlicesWithoutPorts(t *testing.T) {
 	for _, p := range probePorts {
 		specs = append(specs, lab.Port(p))
 	}
-	anyPorts := []servicePort{{name: "tcp", proto: "TCP", port: 1}, {name: "udp", proto: "UDP", port: 1}}
-	empty := service{name: "empty-slice", clusterIPs: []netip.Addr{lab.ClusterIPv4(81)}, ports: anyPorts,
-		annotations: map[string]string{annotation.AllPortsKey: "true"}}
-	unset := service{name: "unset-port", clusterIPs: []netip.Addr{lab.ClusterIPv4(82)}, ports: anyPorts,
-		annotations: map[string]string{annotation.AllPortsKey: "true"}}
+	anyPorts := []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: 1}, {Name: "udp", Protocol: "UDP", Port: 1}}
+	empty := fixture.Service{Name: "empty-slice", ClusterIPs: []netip.Addr{lab.ClusterIPv4(81)}, Ports: anyPorts,
+		Annotations: map[string]string{annotation.AllPortsKey: "true"}}
+	unset := fixture.Service{Name: "unset-port", ClusterIPs: []netip.Addr{lab.ClusterIPv4(82)}, Ports: anyPorts,
+		Annotations: map[string]string{annotation.AllPortsKey: "true"}}
 	e := newEnv(t, lab.Options{Pods: 2, Ports: specs}, empty, unset)
 	e.writeSliceWithPorts(empty, "empty-slice-1", []int{1}, nil)
-	e.writeSliceWithPorts(unset, "unset-port-1", []int{2}, []any{map[string]any{"protocol": "TCP"}, map[string]any{"protocol": "UDP"}})
+	e.writeSliceWithPorts(unset, "unset-port-1", []int{2}, []discoveryv1.EndpointPort{{Protocol: ptr(corev1.ProtocolTCP)}, {Protocol: ptr(corev1.ProtocolUDP)}})
 	e.start(empty, unset)
 	masq := netip.MustParseAddr(lab.PodGatewayV4)
 	c := e.lab.Client(1)
@@ -135,3 +139,5 @@ func TestAllPortsSlicesWithoutPorts(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -17,7 +19,7 @@ func (e *env) spreadOnly(t *testing.T, network, addr string, n int, want []strin
 		t.Errorf("%s %s x%d: got %v (errors %v), want %d replies from %v", network, addr, n, got, got.Errors, n, want)
 	}
 	for pod, c := range got.Pods {
-		if !strings.HasPrefix(pod, "pod-") || !containsString(want, pod) {
+		if !strings.HasPrefix(pod, "pod-") || !slices.Contains(want, pod) {
 			t.Errorf("%s %s x%d: %s answered %d times, want only %v", network, addr, n, pod, c, want)
 		}
 	}
@@ -28,32 +30,23 @@ func (e *env) spreadOnly(t *testing.T, network, addr string, n int, want []strin
 	}
 }
 
-func containsString(s []string, x string) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 // TestEndpointChanges rewrites a Service's EndpointSlice while the daemon runs: traffic follows
 // each change (endpoint removed, all removed, added back), and a Service turned invalid by a
 // rewrite stops being served while its neighbour keeps answering.
 func TestEndpointChanges(t *testing.T) {
 	t.Parallel()
-	svc := service{
-		name:       "moving",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(20), lab.ClusterIPv6(20)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}, {name: "dns", proto: "UDP", port: 80, target: 8080}},
-		pods:       []int{1, 2},
+	svc := fixture.Service{
+		Name:       "moving",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(20), lab.ClusterIPv6(20)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}, {Name: "dns", Protocol: "UDP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(1, 2),
 	}
-	neighbour := service{
-		name:        "neighbour",
-		clusterIPs:  []netip.Addr{lab.ClusterIPv4(21)},
-		ports:       []servicePort{{name: "rtp", proto: "UDP", port: rangeStart}},
-		annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16393"},
-		pods:        []int{2},
+	neighbour := fixture.Service{
+		Name:        "neighbour",
+		ClusterIPs:  []netip.Addr{lab.ClusterIPv4(21)},
+		Ports:       []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: rangeStart}},
+		Annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16393"},
+		Endpoints:   fixture.Pods(2),
 	}
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080), lab.PortRange(rangeStart, rangeEnd)}}, svc, neighbour)
 	e.start(svc, neighbour)
@@ -84,7 +77,7 @@ func TestEndpointChanges(t *testing.T) {
 	}
 	for _, st := range steps {
 		if st.ready != nil {
-			svc.pods = st.pods
+			svc.Endpoints = fixture.Pods(st.pods...)
 			e.write(svc)
 			e.waitFor(st.name, st.ready)
 		}
@@ -106,7 +99,7 @@ func TestEndpointChanges(t *testing.T) {
 	// The neighbour becomes a range Service with a range ending before it starts: rejected, so
 	// no longer programmed; "moving" is untouched. Fixed again, it comes back.
 	rangeAddr := hostPort(lab.ClusterIPv4(21), rangeStart+3)
-	neighbour.annotations = map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16000"}
+	neighbour.Annotations = map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16000"}
 	e.write(neighbour)
 	e.waitFor("the invalid neighbour to go", func(rs string) bool { return !containsKey(rs, neighbour) })
 	t.Run("invalid rewrite unprograms only that Service", func(t *testing.T) {
@@ -115,7 +108,7 @@ func TestEndpointChanges(t *testing.T) {
 			t.Errorf("rejected Service's ClusterIP: got %v, want %v (unallocated: dropped)", r, lab.Timeout)
 		}
 	})
-	neighbour.annotations = map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16393"}
+	neighbour.Annotations = map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16393"}
 	e.write(neighbour)
 	e.waitProgrammed(neighbour)
 	t.Run("fixed Service served again", func(t *testing.T) {
@@ -128,11 +121,11 @@ func TestEndpointChanges(t *testing.T) {
 // another table stays), and a new `run` restores service.
 func TestCleanupThenRun(t *testing.T) {
 	t.Parallel()
-	svc := service{
-		name:       "web",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(30), lab.ClusterIPv6(30)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
-		pods:       []int{1},
+	svc := fixture.Service{
+		Name:       "web",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(30), lab.ClusterIPv6(30)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(1),
 	}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(8080)}}, svc)
 	if err := e.lab.NftApply("add table ip bystander\nadd chain ip bystander c\n"); err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -16,11 +17,11 @@ import (
 func TestConflictWithholdsOnlyTheClash(t *testing.T) {
 	t.Parallel()
 	shared := lab.LoadBalancerIPv4(90)
-	older := service{name: "a-older", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(90)}, pods: []int{1},
-		ports: []servicePort{{name: "https", proto: "TCP", port: 443}}, lbIPs: []netip.Addr{shared}}
-	younger := service{name: "b-younger", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(91)}, pods: []int{2},
-		ports: []servicePort{{name: "http", proto: "TCP", port: 80}, {name: "https", proto: "TCP", port: 443}},
-		lbIPs: []netip.Addr{shared}}
+	older := fixture.Service{Name: "a-older", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(90)}, Endpoints: fixture.Pods(1),
+		Ports: []fixture.Port{{Name: "https", Protocol: "TCP", Port: 443}}, LoadBalancerIPs: []netip.Addr{shared}}
+	younger := fixture.Service{Name: "b-younger", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(91)}, Endpoints: fixture.Pods(2),
+		Ports:           []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "https", Protocol: "TCP", Port: 443}},
+		LoadBalancerIPs: []netip.Addr{shared}}
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(80), lab.Port(443)}}, older, younger)
 	e.start(older, younger)
 	masq := netip.MustParseAddr(lab.PodGatewayV4)

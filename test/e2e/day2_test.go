@@ -1,17 +1,17 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // Day-2 behaviours that need the daemon's after-sync work (issue 4): stale UDP conntrack
@@ -30,12 +30,12 @@ const (
 func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.PortRange(mediaStart, mediaEnd)}})
-	media := policyService{name: "media", clusterIP: lab.ClusterIPv4(40), proto: "UDP", port: mediaStart, portName: "rtp",
-		keepsPortEnds: true, annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", mediaStart, mediaEnd)},
-		endpoints: local(2)}
-	e.writeFile("media.yaml", media.manifests())
-	e.start()
-	e.waitFor("Service "+media.key(), func(rs string) bool { return strings.Contains(rs, `"`+media.key()) })
+	media := fixture.Service{Name: "media", ClusterIPs: []netip.Addr{lab.ClusterIPv4(40)},
+		Ports:       []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: mediaStart}},
+		Annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", mediaStart, mediaEnd)},
+		Endpoints:   local(2)}
+	e.write(media)
+	e.start(media)
 
 	dst := hostPort(lab.ClusterIPv4(40), mediaStart+5)
 	flow := lab.NewFlow(e.lab.Client(1).NS, "udp", dst)
@@ -46,8 +46,8 @@ func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
 		t.Fatalf("no conntrack entry of the flow to pod-2 (err %v):\n%s", err, ct)
 	}
 
-	media.endpoints = local(1)
-	e.writeFile("media.yaml", media.manifests())
+	media.Endpoints = local(1)
+	e.write(media)
 	e.waitFor("pod-1 as the only endpoint", func(rs string) bool {
 		return strings.Contains(rs, "dnat to "+lab.PodIPv4(1).String()) && !strings.Contains(rs, "dnat to "+lab.PodIPv4(2).String())
 	})
@@ -72,30 +72,29 @@ func TestUDPFlowMovesWhenItsEndpointGoes(t *testing.T) {
 	}
 }
 
-// healthCheck asks the node's health-check node port from client-1, as a load balancer would.
+// healthCheck asks the node's health-check node port from client-1, as a load balancer would:
+// the status code (0 when nothing answered) and the JSON body.
 func healthCheck(t *testing.T, e *env) (int, map[string]any) {
 	t.Helper()
-	var conn net.Conn
-	addr := hostPort(netip.MustParseAddr(lab.NodeIPv4), healthCheckPort)
-	if err := e.lab.Client(1).NS.Do(func() (err error) {
-		conn, err = net.DialTimeout("tcp", addr, 2*time.Second)
-		return err
-	}); err != nil {
+	url := "http://" + hostPort(netip.MustParseAddr(lab.NodeIPv4), healthCheckPort) + "/healthz"
+	r, err := tier.Get(e.ctx, e.lab.Client(1).NS, url)
+	if err != nil {
 		return 0, nil
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-	fmt.Fprintf(conn, "GET /healthz HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("health check %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
 	var body map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("health check %s: body is not JSON: %v", addr, err)
+	if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+		t.Fatalf("health check %s: body is not JSON: %v", url, err)
 	}
-	return resp.StatusCode, body
+	return r.Code, body
+}
+
+// localLB is an IPv4 LoadBalancer Service from port 80 to 8080 on ClusterIPv4(n) and
+// LoadBalancerIPv4(n), externalTrafficPolicy Local with health-check node port healthCheckPort.
+func localLB(name string, n int, nodePort int32, eps ...fixture.Endpoint) fixture.Service {
+	lb := policyWeb(name, n, eps...)
+	lb.Type, lb.Ports[0].NodePort, lb.LoadBalancerIPs = "LoadBalancer", nodePort, []netip.Addr{lab.LoadBalancerIPv4(n)}
+	lb.AllocateNodePorts, lb.Edit = ptrTo(true), externalLocal(healthCheckPort)
+	return lb
 }
 
 // TestHealthCheckNodePortFollowsLocalEndpoints: 200 with the local endpoint count while this
@@ -103,31 +102,21 @@ func healthCheck(t *testing.T, e *env) (int, map[string]any) {
 func TestHealthCheckNodePortFollowsLocalEndpoints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
-	lb := policyService{name: "lb-local", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(41), proto: "TCP", port: 80, target: 8080,
-		portName: "http", nodePort: 30141, lbIP: lab.LoadBalancerIPv4(41),
-		spec:      map[string]any{"externalTrafficPolicy": "Local", "healthCheckNodePort": healthCheckPort},
-		endpoints: append(local(1), remote(2)...)}
-	e.writeFile("lb.yaml", lb.manifests())
-	e.start()
-	e.waitFor("Service "+lb.key(), func(rs string) bool { return strings.Contains(rs, `"`+lb.key()) })
+	lb := localLB("lb-local", 41, 30141, append(local(1), remote(2)...)...)
+	e.write(lb)
+	e.start(lb)
 
 	check := func(step string, wantCode int, wantLocal float64) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		what := fmt.Sprintf("%s: health check answering %d with localEndpoints %v", step, wantCode, wantLocal)
+		tier.Until(t, e.ctx, 5*time.Second, 100*time.Millisecond, what, func() (bool, string) {
 			code, body := healthCheck(t, e)
 			got, _ := body["localEndpoints"].(float64)
-			if code == wantCode && got == wantLocal {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: health check answered %d %v, want %d with localEndpoints %v", step, code, body, wantCode, wantLocal)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return code == wantCode && got == wantLocal, fmt.Sprintf("%d %v", code, body)
+		})
 	}
 	check("one local endpoint", http.StatusOK, 1)
-	lb.endpoints = remote(1, 2)
-	e.writeFile("lb.yaml", lb.manifests())
+	lb.Endpoints = remote(1, 2)
+	e.write(lb)
 	check("no local endpoint", http.StatusServiceUnavailable, 0)
 }

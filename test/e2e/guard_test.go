@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // The node-address guard scenario (issue 14, findings 1, 3, 7, 8): Services that name the node's
@@ -28,38 +30,38 @@ const (
 	guardShadowNodePort     = 30088
 )
 
-func guardServices(c1, c2 *lab.Host) []service {
+func guardServices(c1, c2 *lab.Host) []fixture.Service {
 	v4v6 := func(n int) []netip.Addr { return []netip.Addr{lab.ClusterIPv4(n), lab.ClusterIPv6(n)} }
 	nodeV4, nodeV6 := netip.MustParseAddr(lab.NodeIPv4), netip.MustParseAddr(lab.NodeIPv6)
-	anyPort := []servicePort{{name: "tcp", proto: "TCP", port: 1}, {name: "udp", proto: "UDP", port: 1}}
-	return []service{
+	anyPort := []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: 1}, {Name: "udp", Protocol: "UDP", Port: 1}}
+	return []fixture.Service{
 		// Finding 1: an all-ports LoadBalancer whose ingress IPs are the node's own addresses.
-		{name: "takeover", typ: "LoadBalancer", clusterIPs: v4v6(60), ports: anyPort, pods: []int{1},
-			annotations: map[string]string{annotation.AllPortsKey: "true"}, lbIPs: []netip.Addr{nodeV4, nodeV6}},
+		{Name: "takeover", Type: "LoadBalancer", ClusterIPs: v4v6(60), Ports: anyPort, Endpoints: fixture.Pods(1),
+			Annotations: map[string]string{annotation.AllPortsKey: "true"}, LoadBalancerIPs: []netip.Addr{nodeV4, nodeV6}},
 		// A whole-port-space range on external IPs that are node addresses the Node object does
 		// not list (client-1's link): the kernel's addresses count too.
-		{name: "range", clusterIPs: v4v6(62), ports: []servicePort{{name: "p", proto: "TCP", port: 1}}, pods: []int{1},
-			annotations: map[string]string{annotation.PortRangesKey: "p=1-65535"}, externalIPs: []netip.Addr{c1.GatewayV4, c1.GatewayV6}},
+		{Name: "range", ClusterIPs: v4v6(62), Ports: []fixture.Port{{Name: "p", Protocol: "TCP", Port: 1}}, Endpoints: fixture.Pods(1),
+			Annotations: map[string]string{annotation.PortRangesKey: "p=1-65535"}, ExternalIPs: []netip.Addr{c1.GatewayV4, c1.GatewayV6}},
 		// The lock-out: all-ports without endpoints on client-2's link addresses would refuse
 		// every connection to them.
-		{name: "lockout", typ: "LoadBalancer", clusterIPs: v4v6(63), ports: anyPort,
-			annotations: map[string]string{annotation.AllPortsKey: "true"}, lbIPs: []netip.Addr{c2.GatewayV4, c2.GatewayV6}},
+		{Name: "lockout", Type: "LoadBalancer", ClusterIPs: v4v6(63), Ports: anyPort,
+			Annotations: map[string]string{annotation.AllPortsKey: "true"}, LoadBalancerIPs: []netip.Addr{c2.GatewayV4, c2.GatewayV6}},
 		// Finding 7: a user-written identity block over the kubelet's port.
-		{name: "kubelet-block", typ: "NodePort", clusterIPs: v4v6(64), pods: []int{1},
-			ports:       []servicePort{{name: "k", proto: "TCP", port: guardBlockFirst}},
-			annotations: map[string]string{annotation.PortRangesKey: "k=10240-10260", annotation.NodePortRangesKey: "k=10240-10260"}},
+		{Name: "kubelet-block", Type: "NodePort", ClusterIPs: v4v6(64), Endpoints: fixture.Pods(1),
+			Ports:       []fixture.Port{{Name: "k", Protocol: "TCP", Port: guardBlockFirst}},
+			Annotations: map[string]string{annotation.PortRangesKey: "k=10240-10260", annotation.NodePortRangesKey: "k=10240-10260"}},
 		// What keeps working: a single port on the node's address (k3s ServiceLB). Its name sorts
 		// after "takeover", so without the guard takeover would win their conflict and take the node.
-		{name: "web-lb", typ: "LoadBalancer", clusterIPs: v4v6(65), pods: []int{1},
-			ports: []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort}}, lbIPs: []netip.Addr{nodeV4}},
+		{Name: "web-lb", Type: "LoadBalancer", ClusterIPs: v4v6(65), Endpoints: fixture.Pods(1),
+			Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: guardServiceLBPort}}, LoadBalancerIPs: []netip.Addr{nodeV4}},
 		// Finding 3: a one-port range.
-		{name: "sip", clusterIPs: v4v6(66), pods: []int{1}, ports: []servicePort{{name: "sip", proto: "UDP", port: guardSIPPort}},
-			annotations: map[string]string{annotation.PortRangesKey: "sip=5060-5060"}},
+		{Name: "sip", ClusterIPs: v4v6(66), Endpoints: fixture.Pods(1), Ports: []fixture.Port{{Name: "sip", Protocol: "UDP", Port: guardSIPPort}},
+			Annotations: map[string]string{annotation.PortRangesKey: "sip=5060-5060"}},
 		// Finding 8: a source range padded with spaces (the API server accepts it).
-		{name: "padded", typ: "LoadBalancer", clusterIPs: v4v6(67), pods: []int{1},
-			ports:        []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort}},
-			lbIPs:        []netip.Addr{lab.LoadBalancerIPv4(guardSourceRangeLBIndex)},
-			sourceRanges: []string{" " + netip.PrefixFrom(c1.IPv4, 32).String() + " "}},
+		{Name: "padded", Type: "LoadBalancer", ClusterIPs: v4v6(67), Endpoints: fixture.Pods(1),
+			Ports:           []fixture.Port{{Name: "http", Protocol: "TCP", Port: guardServiceLBPort}},
+			LoadBalancerIPs: []netip.Addr{lab.LoadBalancerIPv4(guardSourceRangeLBIndex)},
+			SourceRanges:    []string{" " + netip.PrefixFrom(c1.IPv4, 32).String() + " "}},
 	}
 }
 
@@ -143,7 +145,7 @@ func TestNodeAddressGuard(t *testing.T) {
 	rs := e.ruleset()
 	for _, s := range svcs[:4] {
 		if containsKey(rs, s) {
-			t.Errorf("the ruleset names %s, which must be rejected:\n%s", s.key(), rs)
+			t.Errorf("the ruleset names %s, which must be rejected:\n%s", s.Key(), rs)
 		}
 	}
 
@@ -170,7 +172,7 @@ func TestNodeAddressGuard(t *testing.T) {
 	}
 
 	t.Run("render lists the rejections", func(t *testing.T) {
-		args := append([]string{"render"}, daemonFlags(e.dir)...)
+		args := append([]string{"render"}, tier.ManifestFlags(e.dir)...)
 		out, err := exec.Command(daemonBinary, append(args, "--range-node-port-range", "1024-29999")...).Output()
 		if err != nil {
 			t.Fatalf("nftproxy render: %v", err)
@@ -205,9 +207,9 @@ func TestNodeAddressGuardFollowsKernel(t *testing.T) {
 	vip := lab.LoadBalancerIPv4(70)
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(guardSSH), lab.Port(random)}})
 	l, c1 := e.lab, e.lab.Client(1)
-	svc := service{name: "vip", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(70)}, pods: []int{1},
-		ports:       []servicePort{{name: "tcp", proto: "TCP", port: 1}},
-		annotations: map[string]string{annotation.AllPortsKey: "true"}, lbIPs: []netip.Addr{vip}}
+	svc := fixture.Service{Name: "vip", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(70)}, Endpoints: fixture.Pods(1),
+		Ports:       []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: 1}},
+		Annotations: map[string]string{annotation.AllPortsKey: "true"}, LoadBalancerIPs: []netip.Addr{vip}}
 	e.write(svc)
 	e.start(svc)
 	if r := c1.Dial(e.ctx, "tcp", hostPort(vip, random)); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
@@ -251,10 +253,10 @@ func TestNodePortNotShadowed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(guardServiceLBPort), lab.Port(guardShadowNodePort)}})
 	nodeV4 := netip.MustParseAddr(lab.NodeIPv4)
-	owner := service{name: "a-node-port", typ: "NodePort", clusterIPs: []netip.Addr{lab.ClusterIPv4(68)}, pods: []int{2},
-		ports: []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort, nodePort: guardShadowNodePort}}}
-	shadow := service{name: "z-shadow", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(69)}, pods: []int{1},
-		ports: []servicePort{{name: "http", proto: "TCP", port: guardShadowNodePort}}, lbIPs: []netip.Addr{nodeV4}}
+	owner := fixture.Service{Name: "a-node-port", Type: "NodePort", ClusterIPs: []netip.Addr{lab.ClusterIPv4(68)}, Endpoints: fixture.Pods(2),
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: guardServiceLBPort, NodePort: guardShadowNodePort}}}
+	shadow := fixture.Service{Name: "z-shadow", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(69)}, Endpoints: fixture.Pods(1),
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: guardShadowNodePort}}, LoadBalancerIPs: []netip.Addr{nodeV4}}
 	e.write(owner)
 	e.write(shadow)
 	e.start(owner, shadow)
@@ -277,13 +279,13 @@ func TestSinglePortsOnNodeAddress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(guardSSH), lab.Port(guardServiceLBPort)}})
 	nodeV4, nodeV6 := netip.MustParseAddr(lab.NodeIPv4), netip.MustParseAddr(lab.NodeIPv6)
-	sshLB := service{name: "ssh-lb", typ: "LoadBalancer", clusterIPs: []netip.Addr{lab.ClusterIPv4(72)}, pods: []int{1},
-		ports: []servicePort{{name: "ssh", proto: "TCP", port: guardSSH}}, lbIPs: []netip.Addr{nodeV4}}
+	sshLB := fixture.Service{Name: "ssh-lb", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(72)}, Endpoints: fixture.Pods(1),
+		Ports: []fixture.Port{{Name: "ssh", Protocol: "TCP", Port: guardSSH}}, LoadBalancerIPs: []netip.Addr{nodeV4}}
 	e.write(sshLB)
-	bad := service{name: "on-node", clusterIPs: []netip.Addr{nodeV6}, pods: []int{1},
-		ports: []servicePort{{name: "ssh", proto: "TCP", port: guardSSH}}}
-	canary := service{name: "canary", clusterIPs: []netip.Addr{lab.ClusterIPv6(71)}, pods: []int{1},
-		ports: []servicePort{{name: "http", proto: "TCP", port: guardServiceLBPort}}}
+	bad := fixture.Service{Name: "on-node", ClusterIPs: []netip.Addr{nodeV6}, Endpoints: fixture.Pods(1),
+		Ports: []fixture.Port{{Name: "ssh", Protocol: "TCP", Port: guardSSH}}}
+	canary := fixture.Service{Name: "canary", ClusterIPs: []netip.Addr{lab.ClusterIPv6(71)}, Endpoints: fixture.Pods(1),
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: guardServiceLBPort}}}
 	e.write(bad)
 	e.write(canary)
 	nodeSrv, err := lab.Serve(e.lab.Node, "node", []netip.Addr{nodeV4, nodeV6}, []lab.PortSpec{{Proto: "tcp", First: guardSSH}})
@@ -292,9 +294,9 @@ func TestSinglePortsOnNodeAddress(t *testing.T) {
 	}
 	t.Cleanup(nodeSrv.Close)
 	e.start(canary)
-	for _, s := range []service{bad, sshLB} {
+	for _, s := range []fixture.Service{bad, sshLB} {
 		if containsKey(e.ruleset(), s) {
-			t.Errorf("the ruleset names %s, which must be rejected", s.key())
+			t.Errorf("the ruleset names %s, which must be rejected", s.Key())
 		}
 	}
 	c1 := e.lab.Client(1)

@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 const (
@@ -38,7 +37,7 @@ type env struct {
 
 // newEnv builds a lab and writes the Node and the given Services into a fresh manifest
 // directory; the daemon is not started yet (see start). Everything is removed when t ends.
-func newEnv(t *testing.T, opts lab.Options, services ...service) *env {
+func newEnv(t *testing.T, opts lab.Options, services ...fixture.Service) *env {
 	t.Helper()
 	netns.Skip(t)
 	if daemonBinary == "" {
@@ -50,24 +49,17 @@ func newEnv(t *testing.T, opts lab.Options, services ...service) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	t.Cleanup(cancel)
 	e.ctx = ctx
-	e.writeFile("node.yaml", nodeManifest())
+	e.writeFile("node.yaml", fixture.LabNode().YAML())
 	for _, s := range services {
 		e.write(s)
 	}
 	return e
 }
 
-// daemonFlags are the flags of `run` and `render` for the lab: its pod and service CIDRs.
-func daemonFlags(dir string) []string {
-	return []string{"--manifests", dir, "--node-name", nodeName,
-		"--cluster-cidr", lab.PodCIDRv4 + "," + lab.PodCIDRv6,
-		"--service-cidr", lab.ServiceCIDRv4 + "," + lab.ServiceCIDRv6}
-}
-
 // start runs the daemon in the node and waits until every given Service is programmed.
-func (e *env) start(wait ...service) {
+func (e *env) start(wait ...fixture.Service) {
 	e.t.Helper()
-	argv := append([]string{daemonBinary, "run"}, daemonFlags(e.dir)...)
+	argv := append([]string{daemonBinary, "run"}, tier.ManifestFlags(e.dir)...)
 	argv = append(argv, "--min-sync-period", "50ms", "--healthz-bind-address", "", "--metrics-bind-address", "")
 	argv = append(argv, e.flags...)
 	p, err := e.lab.StartInNode(e.ctx, argv...)
@@ -92,17 +84,13 @@ func (e *env) stop() {
 	e.daemon = nil
 }
 
-// write (re)writes a Service's manifest file atomically: a rename, so the daemon never reads
-// half a file.
-func (e *env) write(s service) { e.writeFile(s.ns()+"-"+s.name+".yaml", s.manifests()) }
+// write (re)writes a Service's manifest file (the Service and its EndpointSlices).
+func (e *env) write(s fixture.Service) { e.writeFile(s.File(), s.YAML()) }
 
+// writeFile (re)writes a file of the manifest directory atomically.
 func (e *env) writeFile(name, content string) {
 	e.t.Helper()
-	tmp := filepath.Join(e.dir, ".tmp-"+name)
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(e.dir, name)); err != nil {
+	if err := fixture.WriteFile(e.dir, name, content); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -118,34 +106,17 @@ func (e *env) ruleset() string {
 }
 
 // waitFor polls the node's ruleset until cond holds, failing the test (with the ruleset and
-// the daemon's output) after programTimeout or if the daemon exits.
+// the daemon's exit) after programTimeout or if the daemon exits.
 func (e *env) waitFor(what string, cond func(ruleset string) bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(programTimeout)
-	for {
-		rs := e.ruleset()
-		if cond(rs) {
-			return
-		}
-		if e.daemon != nil {
-			select {
-			case <-e.daemon.Done():
-				e.t.Fatalf("waiting for %s: the daemon exited (%v); ruleset:\n%s", what, e.daemon.Err(), rs)
-			default:
-			}
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("waiting for %s: not programmed after %v; ruleset:\n%s", what, programTimeout, rs)
-		}
-		time.Sleep(pollInterval)
-	}
+	tier.WaitRuleset(e.t, e.ctx, e.lab, e.daemon, programTimeout, pollInterval, what, cond)
 }
 
 // waitProgrammed waits until the daemon's ruleset names s (its map elements carry comments
 // "namespace/name/proto/port").
-func (e *env) waitProgrammed(s service) {
+func (e *env) waitProgrammed(s fixture.Service) {
 	e.t.Helper()
-	e.waitFor("Service "+s.key(), func(rs string) bool { return strings.Contains(rs, `"`+s.key()) })
+	e.waitFor("Service "+s.Key(), func(rs string) bool { return containsKey(rs, s) })
 }
 
 // hostPort is "ip:port" or "[ip6]:port".

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // TestHealthCheckNodePortBindsNodePortAddresses: with --nodeport-addresses, the health-check
@@ -17,26 +17,15 @@ import (
 func TestHealthCheckNodePortBindsNodePortAddresses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
-	lb := policyService{name: "lb-local", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(42), proto: "TCP", port: 80, target: 8080,
-		portName: "http", nodePort: 30142, lbIP: lab.LoadBalancerIPv4(42),
-		spec:      map[string]any{"externalTrafficPolicy": "Local", "healthCheckNodePort": healthCheckPort},
-		endpoints: local(1)}
-	e.writeFile("lb.yaml", lb.manifests())
+	lb := localLB("lb-local", 42, 30142, local(1)...)
+	e.write(lb)
 	e.flags = []string{"--nodeport-addresses", lab.NodeIPv4 + "/32"}
-	e.start()
-	e.waitFor("Service "+lb.key(), func(rs string) bool { return strings.Contains(rs, `"`+lb.key()) })
+	e.start(lb)
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	tier.Until(t, e.ctx, 5*time.Second, 100*time.Millisecond, "health check on "+lab.NodeIPv4+" answering 200", func() (bool, string) {
 		code, body := healthCheck(t, e)
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health check on %s: %d %v, want 200", lab.NodeIPv4, code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return code == http.StatusOK, fmt.Sprintf("%d %v", code, body)
+	})
 	err := e.lab.Node.Do(func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", healthCheckPort), 2*time.Second)
 		if err == nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -13,17 +14,17 @@ import (
 // over nft's 127 bytes, so nothing else on the node was programmed. Through the binary: both it
 // and a neighbour are programmed and answer on their ClusterIP and node port.
 func TestLongNamedNodePortService(t *testing.T) {
-	long := service{
-		name: "a" + strings.Repeat("b", 61) + "c", namespace: "team-a", typ: "NodePort",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(50)},
-		ports:      []servicePort{{name: "abcdefghijklm-o", proto: "TCP", port: 80, target: 8080}},
-		pods:       []int{1},
+	long := fixture.Service{
+		Name: "a" + strings.Repeat("b", 61) + "c", Namespace: "team-a", Type: "NodePort",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(50)},
+		Ports:      []fixture.Port{{Name: "abcdefghijklm-o", Protocol: "TCP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(1),
 	}
-	normal := service{
-		name: "web", typ: "NodePort",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(51)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
-		pods:       []int{2},
+	normal := fixture.Service{
+		Name: "web", Type: "NodePort",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(51)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(2),
 	}
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}}, long, normal)
 	e.start(long, normal)
@@ -31,8 +32,8 @@ func TestLongNamedNodePortService(t *testing.T) {
 		client   = e.lab.Client(1)
 		nodeV4   = netip.MustParseAddr(lab.NodeIPv4)
 		masq4    = netip.MustParseAddr(lab.PodGatewayV4)
-		longNP   = e.nodePortOf(long.key() + "tcp/abcdefghijklm-o")
-		normalNP = e.nodePortOf(normal.key() + "tcp/http")
+		longNP   = e.nodePortOf(long.Key() + "tcp/abcdefghijklm-o")
+		normalNP = e.nodePortOf(normal.Key() + "tcp/http")
 	)
 	probes := []probe{
 		{"long name, ClusterIP", client.NS, "tcp", hostPort(lab.ClusterIPv4(50), 80), replied(podNames(1), 8080, masq4)},

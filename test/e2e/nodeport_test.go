@@ -10,6 +10,7 @@ import (
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/proxy/annotation"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -21,20 +22,20 @@ const (
 	npRangeStart, npRangeEnd = 20500, 20509
 )
 
-func nodePortServices() []service {
-	return []service{
+func nodePortServices() []fixture.Service {
+	return []fixture.Service{
 		{
-			name: "media", namespace: "voip", typ: "NodePort",
-			clusterIPs:  []netip.Addr{lab.ClusterIPv4(20)},
-			ports:       []servicePort{{name: "rtp", proto: "UDP", port: npRangeStart}},
-			annotations: map[string]string{annotation.PortRangesKey: "rtp=20500-20509"},
-			pods:        []int{2},
+			Name: "media", Namespace: "voip", Type: "NodePort",
+			ClusterIPs:  []netip.Addr{lab.ClusterIPv4(20)},
+			Ports:       []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: npRangeStart}},
+			Annotations: map[string]string{annotation.PortRangesKey: "rtp=20500-20509"},
+			Endpoints:   fixture.Pods(2),
 		},
 		{
-			name: "dyn", typ: "NodePort",
-			clusterIPs: []netip.Addr{lab.ClusterIPv4(21)},
-			ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
-			pods:       []int{1},
+			Name: "dyn", Type: "NodePort",
+			ClusterIPs: []netip.Addr{lab.ClusterIPv4(21)},
+			Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}},
+			Endpoints:  fixture.Pods(1),
 		},
 	}
 }

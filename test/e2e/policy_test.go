@@ -4,11 +4,16 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // Traffic policies (issue 4): externalTrafficPolicy and internalTrafficPolicy Local, ClientIP
@@ -18,102 +23,22 @@ import (
 
 const otherNodeName = "node-b"
 
-// policyEndpoint is one endpoint of a policyService: a lab pod, the node the slice names, and
-// its zone and hints.
-type policyEndpoint struct {
-	pod   int
-	node  string
-	zone  string
-	hints []string
+// local and remote are ready endpoints on lab pods, on this node and on another one.
+func local(pods ...int) []fixture.Endpoint  { return fixture.Pods(pods...) }
+func remote(pods ...int) []fixture.Endpoint { return fixture.PodsOn(otherNodeName, pods...) }
+
+// policyWeb is an IPv4 TCP Service from port 80 to 8080: the shape the policy scenarios vary.
+func policyWeb(name string, n int, eps ...fixture.Endpoint) fixture.Service {
+	return fixture.Service{Name: name, ClusterIPs: []netip.Addr{lab.ClusterIPv4(n)},
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}}, Endpoints: eps}
 }
 
-// policyService is an IPv4 Service with the policy fields the shared harness does not write.
-type policyService struct {
-	name, typ     string
-	clusterIP     netip.Addr
-	proto         string
-	port, target  uint16
-	nodePort      uint16
-	lbIP          netip.Addr
-	spec          map[string]any // extra spec fields (policies, affinity, source ranges)
-	annotations   map[string]string
-	endpoints     []policyEndpoint
-	portName      string
-	keepsPortEnds bool // a port range: the slice port has no number
-}
-
-func (s policyService) key() string { return "default/" + s.name + "/" }
-
-func (s policyService) manifests() string {
-	port := map[string]any{"name": s.portName, "protocol": s.proto, "port": s.port}
-	if !s.keepsPortEnds {
-		port["targetPort"] = s.target
+// externalLocal sets externalTrafficPolicy Local and, when not 0, the health-check node port.
+func externalLocal(healthCheckNodePort int32) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = healthCheckNodePort
 	}
-	if s.nodePort != 0 {
-		port["nodePort"] = s.nodePort
-	}
-	typ := s.typ
-	if typ == "" {
-		typ = "ClusterIP"
-	}
-	spec := map[string]any{
-		"type": typ, "clusterIP": s.clusterIP.String(), "clusterIPs": []string{s.clusterIP.String()},
-		"ipFamilies": []string{"IPv4"}, "ipFamilyPolicy": "SingleStack", "ports": []any{port},
-	}
-	if typ == "LoadBalancer" {
-		spec["allocateLoadBalancerNodePorts"] = s.nodePort != 0
-	}
-	for k, v := range s.spec {
-		spec[k] = v
-	}
-	svc := map[string]any{
-		"apiVersion": "v1", "kind": "Service",
-		"metadata": map[string]any{"name": s.name, "namespace": "default", "annotations": s.annotations},
-		"spec":     spec,
-	}
-	if s.lbIP.IsValid() {
-		svc["status"] = map[string]any{"loadBalancer": map[string]any{"ingress": []any{map[string]string{"ip": s.lbIP.String()}}}}
-	}
-	var eps []any
-	for _, ep := range s.endpoints {
-		m := map[string]any{
-			"addresses": []string{lab.PodIPv4(ep.pod).String()}, "conditions": map[string]bool{"ready": true},
-			"nodeName": ep.node,
-		}
-		if ep.zone != "" {
-			m["zone"] = ep.zone
-		}
-		if len(ep.hints) > 0 {
-			var zs []any
-			for _, z := range ep.hints {
-				zs = append(zs, map[string]string{"name": z})
-			}
-			m["hints"] = map[string]any{"forZones": zs}
-		}
-		eps = append(eps, m)
-	}
-	slicePort := map[string]any{"name": s.portName, "protocol": s.proto}
-	if !s.keepsPortEnds {
-		slicePort["port"] = s.target
-	}
-	slice := map[string]any{
-		"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-		"metadata": map[string]any{"name": s.name + "-ipv4", "namespace": "default",
-			"labels": map[string]string{"kubernetes.io/service-name": s.name}},
-		"addressType": "IPv4", "ports": []any{slicePort}, "endpoints": eps,
-	}
-	return yamlDocs(svc, slice)
-}
-
-func local(pods ...int) []policyEndpoint  { return endpointsOn(nodeName, pods...) }
-func remote(pods ...int) []policyEndpoint { return endpointsOn(otherNodeName, pods...) }
-
-func endpointsOn(node string, pods ...int) []policyEndpoint {
-	var out []policyEndpoint
-	for _, p := range pods {
-		out = append(out, policyEndpoint{pod: p, node: node})
-	}
-	return out
 }
 
 const (
@@ -121,40 +46,39 @@ const (
 	affinitySeconds                = 3
 )
 
-func policyServices() []policyService {
-	web := func(name string, n int) policyService {
-		return policyService{name: name, clusterIP: lab.ClusterIPv4(n), proto: "TCP", port: 80, target: 8080, portName: "http"}
+func policyServices() []fixture.Service {
+	etp := policyWeb("etp", 20, append(local(1), remote(2)...)...)
+	etp.Type, etp.Ports[0].NodePort, etp.LoadBalancerIPs = "LoadBalancer", etpNodePort, []netip.Addr{lab.LoadBalancerIPv4(20)}
+	etp.AllocateNodePorts, etp.Edit = ptrTo(true), externalLocal(0)
+
+	etpRemote := policyWeb("etp-remote", 21, remote(2)...)
+	etpRemote.Type, etpRemote.Ports[0].NodePort = "NodePort", etpRemoteNodePort
+	etpRemote.Edit = externalLocal(0)
+
+	internalLocal := func(s *corev1.Service) {
+		s.Spec.InternalTrafficPolicy = ptrTo(corev1.ServiceInternalTrafficPolicyLocal)
 	}
-	etp := web("etp", 20)
-	etp.typ, etp.nodePort, etp.lbIP = "LoadBalancer", etpNodePort, lab.LoadBalancerIPv4(20)
-	etp.spec = map[string]any{"externalTrafficPolicy": "Local"}
-	etp.endpoints = append(local(1), remote(2)...)
+	itp := policyWeb("itp", 22, append(local(1), remote(2, 3)...)...)
+	itp.Edit = internalLocal
+	itpRemote := policyWeb("itp-remote", 23, remote(2)...)
+	itpRemote.Edit = internalLocal
 
-	etpRemote := web("etp-remote", 21)
-	etpRemote.typ, etpRemote.nodePort = "NodePort", etpRemoteNodePort
-	etpRemote.spec = map[string]any{"externalTrafficPolicy": "Local"}
-	etpRemote.endpoints = remote(2)
+	sticky := policyWeb("sticky", 24, local(1, 2, 3)...)
+	sticky.Edit = func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo(int32(affinitySeconds))}}
+	}
 
-	itp := web("itp", 22)
-	itp.spec = map[string]any{"internalTrafficPolicy": "Local"}
-	itp.endpoints = append(local(1), remote(2, 3)...)
-
-	itpRemote := web("itp-remote", 23)
-	itpRemote.spec = map[string]any{"internalTrafficPolicy": "Local"}
-	itpRemote.endpoints = remote(2)
-
-	sticky := web("sticky", 24)
-	sticky.spec = map[string]any{"sessionAffinity": "ClientIP",
-		"sessionAffinityConfig": map[string]any{"clientIP": map[string]any{"timeoutSeconds": affinitySeconds}}}
-	sticky.endpoints = local(1, 2, 3)
-
-	ranged := policyService{name: "ranged", typ: "LoadBalancer", clusterIP: lab.ClusterIPv4(25), proto: "UDP",
-		port: rangeStart, portName: "rtp", keepsPortEnds: true, lbIP: lab.LoadBalancerIPv4(25),
-		annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", rangeStart, rangeEnd)},
-		spec:        map[string]any{"loadBalancerSourceRanges": []string{"198.18.1.0/24"}},
-		endpoints:   local(1, 2)}
-	return []policyService{etp, etpRemote, itp, itpRemote, sticky, ranged}
+	ranged := fixture.Service{Name: "ranged", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(25)},
+		Ports:           []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: rangeStart}},
+		LoadBalancerIPs: []netip.Addr{lab.LoadBalancerIPv4(25)}, AllocateNodePorts: ptrTo(false),
+		Annotations:  map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d", rangeStart, rangeEnd)},
+		SourceRanges: []string{"198.18.1.0/24"},
+		Endpoints:    local(1, 2)}
+	return []fixture.Service{etp, etpRemote, itp, itpRemote, sticky, ranged}
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // TestTrafficPolicies runs the daemon on the policy Services and probes them from an outside
 // client inside the source ranges (client-1), one outside them (client-2), pod-4 and the node.
@@ -163,12 +87,9 @@ func TestTrafficPolicies(t *testing.T) {
 	e := newEnv(t, lab.Options{Clients: 2, Pods: 4, Ports: []lab.PortSpec{lab.Port(8080), lab.PortRange(rangeStart, rangeEnd)}})
 	services := policyServices()
 	for _, s := range services {
-		e.writeFile(s.name+".yaml", s.manifests())
+		e.write(s)
 	}
-	e.start()
-	for _, s := range services {
-		e.waitFor("Service "+s.key(), func(rs string) bool { return strings.Contains(rs, `"`+s.key()) })
-	}
+	e.start(services...)
 	l := e.lab
 	var (
 		c1, c2, pod4 = l.Client(1), l.Client(2), l.Pod(4)
@@ -279,27 +200,21 @@ func (e *env) affinityEntries(a netip.Addr) int {
 func TestTopologyRendered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, lab.Options{Pods: 4, Ports: []lab.PortSpec{lab.Port(8080)}})
-	e.writeFile("node.yaml", yamlDocs(map[string]any{
-		"apiVersion": "v1", "kind": "Node",
-		"metadata": map[string]any{"name": nodeName, "labels": map[string]string{"topology.kubernetes.io/zone": "z1"}},
-		"status": map[string]any{"addresses": []any{
-			map[string]string{"type": "InternalIP", "address": lab.NodeIPv4},
-		}},
-	}))
-	web := func(name string, n int, eps ...policyEndpoint) policyService {
-		return policyService{name: name, clusterIP: lab.ClusterIPv4(n), proto: "TCP", port: 80, target: 8080, portName: "http", endpoints: eps}
+	e.writeFile("node.yaml", fixture.Node{Name: fixture.NodeName, Labels: map[string]string{"topology.kubernetes.io/zone": "z1"},
+		Addresses: []string{lab.NodeIPv4}}.YAML())
+	close := policyWeb("close", 30, fixture.Endpoint{Pod: 1, Node: otherNodeName, Zone: "z1"},
+		fixture.Endpoint{Pod: 2, Node: otherNodeName, Zone: "z2"}, fixture.Endpoint{Pod: 3, Node: otherNodeName, Zone: "z1"})
+	close.Edit = func(s *corev1.Service) {
+		s.Spec.TrafficDistribution = ptrTo(corev1.ServiceTrafficDistributionPreferClose)
 	}
-	close := web("close", 30, policyEndpoint{pod: 1, node: otherNodeName, zone: "z1"},
-		policyEndpoint{pod: 2, node: otherNodeName, zone: "z2"}, policyEndpoint{pod: 3, node: otherNodeName, zone: "z1"})
-	close.spec = map[string]any{"trafficDistribution": "PreferClose"}
-	hinted := web("hinted", 31, policyEndpoint{pod: 1, node: otherNodeName, zone: "z1", hints: []string{"z2"}},
-		policyEndpoint{pod: 2, node: otherNodeName, zone: "z2", hints: []string{"z1"}})
-	elsewhere := web("elsewhere", 32, policyEndpoint{pod: 1, node: otherNodeName, zone: "z2", hints: []string{"z2"}},
-		policyEndpoint{pod: 2, node: otherNodeName, zone: "z3", hints: []string{"z3"}})
-	for _, s := range []policyService{close, hinted, elsewhere} {
-		e.writeFile(s.name+".yaml", s.manifests())
+	hinted := policyWeb("hinted", 31, fixture.Endpoint{Pod: 1, Node: otherNodeName, Zone: "z1", Hints: []string{"z2"}},
+		fixture.Endpoint{Pod: 2, Node: otherNodeName, Zone: "z2", Hints: []string{"z1"}})
+	elsewhere := policyWeb("elsewhere", 32, fixture.Endpoint{Pod: 1, Node: otherNodeName, Zone: "z2", Hints: []string{"z2"}},
+		fixture.Endpoint{Pod: 2, Node: otherNodeName, Zone: "z3", Hints: []string{"z3"}})
+	for _, s := range []fixture.Service{close, hinted, elsewhere} {
+		e.write(s)
 	}
-	rendered, err := exec.Command(daemonBinary, append([]string{"render"}, daemonFlags(e.dir)...)...).Output()
+	rendered, err := exec.Command(daemonBinary, append([]string{"render"}, tier.ManifestFlags(e.dir)...)...).Output()
 	if err != nil {
 		t.Fatalf("nftproxy render: %v", err)
 	}
@@ -321,7 +236,7 @@ func TestTopologyRendered(t *testing.T) {
 			total := 0
 			for pod, n := range got.Pods {
 				total += n
-				if !contains(c.want, pod) {
+				if !slices.Contains(c.want, pod) {
 					t.Errorf("%s answered: got %s, want only %v", pod, got, c.want)
 				}
 			}
@@ -334,13 +249,4 @@ func TestTopologyRendered(t *testing.T) {
 			}
 		})
 	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

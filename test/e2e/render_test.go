@@ -6,6 +6,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // TestRenderMatchesDaemon: what the daemon programs over netlink lists exactly like what nft
@@ -19,7 +20,7 @@ func TestRenderMatchesDaemon(t *testing.T) {
 	e.start(staticServices()[:5]...)
 	daemon := e.ruleset()
 
-	rendered, err := exec.Command(daemonBinary, append([]string{"render"}, daemonFlags(e.dir)...)...).Output()
+	rendered, err := exec.Command(daemonBinary, append([]string{"render"}, tier.ManifestFlags(e.dir)...)...).Output()
 	if err != nil {
 		t.Fatalf("nftproxy render: %v", err)
 	}

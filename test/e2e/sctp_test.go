@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
@@ -91,11 +92,11 @@ func awaitInit(c *net.IPConn, tag uint32, wait time.Duration) (sctpArrival, bool
 func TestSCTPClusterIP(t *testing.T) {
 	t.Parallel()
 	const port, target, nodePort = 3868, 3869, 30868
-	svc := service{
-		name: "diameter", typ: "NodePort",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(40)},
-		ports:      []servicePort{{name: "diameter", proto: "SCTP", port: port, target: target, nodePort: nodePort}},
-		pods:       []int{1},
+	svc := fixture.Service{
+		Name: "diameter", Type: "NodePort",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(40)},
+		Ports:      []fixture.Port{{Name: "diameter", Protocol: "SCTP", Port: port, Target: target, NodePort: nodePort}},
+		Endpoints:  fixture.Pods(1),
 	}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{}}, svc)
 	e.start(svc)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
@@ -25,56 +26,56 @@ const (
 )
 
 // staticServices are the Services of TestServices and TestRenderMatchesDaemon.
-func staticServices() []service {
-	return []service{
+func staticServices() []fixture.Service {
+	return []fixture.Service{
 		{
-			name: "web", typ: "LoadBalancer",
-			clusterIPs: []netip.Addr{lab.ClusterIPv4(10), lab.ClusterIPv6(10)},
-			ports: []servicePort{
-				{name: "http", proto: "TCP", port: 80, target: 8080, nodePort: webNodePortTCP},
-				{name: "dns", proto: "UDP", port: 80, target: 8080, nodePort: webNodePortUDP},
+			Name: "web", Type: "LoadBalancer",
+			ClusterIPs: []netip.Addr{lab.ClusterIPv4(10), lab.ClusterIPv6(10)},
+			Ports: []fixture.Port{
+				{Name: "http", Protocol: "TCP", Port: 80, Target: 8080, NodePort: webNodePortTCP},
+				{Name: "dns", Protocol: "UDP", Port: 80, Target: 8080, NodePort: webNodePortUDP},
 			},
-			externalIPs: []netip.Addr{lab.ExternalIPv4(1)},
-			lbIPs:       []netip.Addr{lab.LoadBalancerIPv4(2)},
-			pods:        []int{1, 2, 3},
+			ExternalIPs:     []netip.Addr{lab.ExternalIPv4(1)},
+			LoadBalancerIPs: []netip.Addr{lab.LoadBalancerIPv4(2)},
+			Endpoints:       fixture.Pods(1, 2, 3),
 		},
 		{
-			name: "rtp", namespace: "voip",
-			clusterIPs:  []netip.Addr{lab.ClusterIPv4(11)},
-			ports:       []servicePort{{name: "rtp", proto: "UDP", port: rangeStart}},
-			annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16393"},
-			pods:        []int{2},
+			Name: "rtp", Namespace: "voip",
+			ClusterIPs:  []netip.Addr{lab.ClusterIPv4(11)},
+			Ports:       []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: rangeStart}},
+			Annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=16384-16393"},
+			Endpoints:   fixture.Pods(2),
 		},
 		{
-			name: "anyport", typ: "LoadBalancer",
-			clusterIPs:  []netip.Addr{lab.ClusterIPv4(12)},
-			ports:       []servicePort{{name: "tcp", proto: "TCP", port: 1}, {name: "udp", proto: "UDP", port: 1}},
-			annotations: map[string]string{"nftproxy.io/all-ports": "true"},
-			lbIPs:       []netip.Addr{lab.LoadBalancerIPv4(1)},
-			pods:        []int{3},
+			Name: "anyport", Type: "LoadBalancer",
+			ClusterIPs:      []netip.Addr{lab.ClusterIPv4(12)},
+			Ports:           []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: 1}, {Name: "udp", Protocol: "UDP", Port: 1}},
+			Annotations:     map[string]string{"nftproxy.io/all-ports": "true"},
+			LoadBalancerIPs: []netip.Addr{lab.LoadBalancerIPv4(1)},
+			Endpoints:       fixture.Pods(3),
 		},
 		{
-			name:       "hairpin",
-			clusterIPs: []netip.Addr{lab.ClusterIPv4(13)},
-			ports:      []servicePort{{name: "http", proto: "TCP", port: 80}, {name: "udp", proto: "UDP", port: 80}},
-			pods:       []int{1},
+			Name:       "hairpin",
+			ClusterIPs: []netip.Addr{lab.ClusterIPv4(13)},
+			Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "udp", Protocol: "UDP", Port: 80}},
+			Endpoints:  fixture.Pods(1),
 		},
 		{
-			name: "empty", typ: "NodePort",
-			clusterIPs: []netip.Addr{lab.ClusterIPv4(14)},
-			ports: []servicePort{
-				{name: "http", proto: "TCP", port: 80, nodePort: emptyNodePortTCP},
-				{name: "dns", proto: "UDP", port: 80, nodePort: emptyNodePortUDP},
+			Name: "empty", Type: "NodePort",
+			ClusterIPs: []netip.Addr{lab.ClusterIPv4(14)},
+			Ports: []fixture.Port{
+				{Name: "http", Protocol: "TCP", Port: 80, NodePort: emptyNodePortTCP},
+				{Name: "dns", Protocol: "UDP", Port: 80, NodePort: emptyNodePortUDP},
 			},
 		},
 		{
 			// Rejected: the range ends before it starts. pod-1 serves the port, so a daemon
 			// that programmed it anyway would be caught.
-			name:        "invalid",
-			clusterIPs:  []netip.Addr{lab.ClusterIPv4(15)},
-			ports:       []servicePort{{name: "rtp", proto: "UDP", port: invalidPort}},
-			annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=5000-4000"},
-			pods:        []int{1},
+			Name:        "invalid",
+			ClusterIPs:  []netip.Addr{lab.ClusterIPv4(15)},
+			Ports:       []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: invalidPort}},
+			Annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=5000-4000"},
+			Endpoints:   fixture.Pods(1),
 		},
 	}
 }
@@ -160,7 +161,7 @@ func TestServices(t *testing.T) {
 	e.start(services[:5]...) // all but the invalid one
 	t.Run("invalid Service is not programmed", func(t *testing.T) {
 		if rs := e.ruleset(); containsKey(rs, services[5]) {
-			t.Errorf("ruleset names %s, want the invalid Service left out:\n%s", services[5].key(), rs)
+			t.Errorf("ruleset names %s, want the invalid Service left out:\n%s", services[5].Key(), rs)
 		}
 	})
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // A manifest source that fails keeps the last good state (issue 14, finding 4).
@@ -19,22 +20,22 @@ import (
 // leaves the kernel as it was (it used to apply "no Services": every rule deleted, exit 0).
 func TestOnceMissingDirectoryKeepsRules(t *testing.T) {
 	t.Parallel()
-	svc := service{
-		name:       "web",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(50), lab.ClusterIPv6(50)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
-		pods:       []int{1},
+	svc := fixture.Service{
+		Name:       "web",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(50), lab.ClusterIPv6(50)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(1),
 	}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(8080)}}, svc)
 	once := func(dir string) (string, error) {
-		return e.lab.Node.Run(append([]string{daemonBinary, "run", "--once"}, daemonFlags(dir)...)...)
+		return e.lab.Node.Run(append([]string{daemonBinary, "run", "--once"}, tier.ManifestFlags(dir)...)...)
 	}
 	if out, err := once(e.dir); err != nil {
 		t.Fatalf("run --once: %v\n%s", err, out)
 	}
 	before := e.ruleset()
-	if !strings.Contains(before, `"`+svc.key()) {
-		t.Fatalf("run --once did not program %s:\n%s", svc.key(), before)
+	if !strings.Contains(before, `"`+svc.Key()) {
+		t.Fatalf("run --once did not program %s:\n%s", svc.Key(), before)
 	}
 	addr := hostPort(lab.ClusterIPv4(50), 80)
 	want := replied(podNames(1), 8080, netip.MustParseAddr(lab.PodGatewayV4))
@@ -56,17 +57,17 @@ func TestOnceMissingDirectoryKeepsRules(t *testing.T) {
 // moved-away directory forever).
 func TestDaemonManifestDirectoryMovedAwayAndBack(t *testing.T) {
 	t.Parallel()
-	web := service{
-		name:       "web",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(51)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
-		pods:       []int{1},
+	web := fixture.Service{
+		Name:       "web",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(51)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(1),
 	}
-	api := service{
-		name:       "api",
-		clusterIPs: []netip.Addr{lab.ClusterIPv4(52)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80, target: 8080}},
-		pods:       []int{1},
+	api := fixture.Service{
+		Name:       "api",
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(52)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}},
+		Endpoints:  fixture.Pods(1),
 	}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(8080)}}, web)
 	parent := t.TempDir()
@@ -88,8 +89,8 @@ func TestDaemonManifestDirectoryMovedAwayAndBack(t *testing.T) {
 	// Give a wrong daemon time to act on the missing directory (it reloads within 100 ms and
 	// syncs within 50 ms).
 	time.Sleep(time.Second)
-	if rs := e.ruleset(); !strings.Contains(rs, `"`+web.key()) {
-		t.Fatalf("the directory went away and %s was deleted; ruleset:\n%s", web.key(), rs)
+	if rs := e.ruleset(); !strings.Contains(rs, `"`+web.Key()) {
+		t.Fatalf("the directory went away and %s was deleted; ruleset:\n%s", web.Key(), rs)
 	}
 	e.waitLog("Manifest directory cannot be read")
 	e.waitMetric(metricsAddr, `nftproxy_source_up{source="manifests"} 0`)
@@ -106,42 +107,29 @@ func TestDaemonManifestDirectoryMovedAwayAndBack(t *testing.T) {
 	e.waitProgrammed(api)
 	want.check(t, "tcp "+hostPort(lab.ClusterIPv4(52), 80)+" added after the directory returned", e.lab.Client(1).Dial(e.ctx, "tcp", hostPort(lab.ClusterIPv4(52), 80)))
 	e.waitMetric(metricsAddr, `nftproxy_source_up{source="manifests"} 1`)
-	if err := os.Remove(filepath.Join(dir, web.ns()+"-"+web.name+".yaml")); err != nil {
+	if err := os.Remove(filepath.Join(dir, web.File())); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("web deleted with its file", func(rs string) bool { return !strings.Contains(rs, `"`+web.key()) })
+	e.waitFor("web deleted with its file", func(rs string) bool { return !strings.Contains(rs, `"`+web.Key()) })
 }
 
 // waitLog waits (bounded) until the daemon's output contains s.
 func (e *env) waitLog(s string) {
 	e.t.Helper()
-	deadline := time.Now().Add(programTimeout)
-	for !strings.Contains(e.daemon.Output(), s) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("the daemon did not log %q within %v; output:\n%s", s, programTimeout, e.daemon.Output())
-		}
-		time.Sleep(pollInterval)
-	}
+	tier.Until(e.t, e.ctx, programTimeout, pollInterval, fmt.Sprintf("the daemon logging %q", s), func() (bool, string) {
+		out := e.daemon.Output()
+		return strings.Contains(out, s), "output:\n" + out
+	})
 }
 
 // waitMetric waits (bounded) until the daemon's /metrics, scraped in the node, has the line.
 func (e *env) waitMetric(addr, line string) {
 	e.t.Helper()
-	client := e.lab.Node.HTTPClient(2 * time.Second)
-	deadline := time.Now().Add(programTimeout)
-	var body string
-	for {
-		if resp, err := client.Get("http://" + addr + "/metrics"); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			if strings.Contains(body, line+"\n") {
-				return
-			}
+	tier.Until(e.t, e.ctx, programTimeout, pollInterval, fmt.Sprintf("/metrics with %q", line), func() (bool, string) {
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://"+addr+"/metrics")
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("/metrics has no %q after %v:\n%s", line, programTimeout, body)
-		}
-		time.Sleep(pollInterval)
-	}
+		return strings.Contains(r.Body, line+"\n"), r.Body
+	})
 }

@@ -4,10 +4,14 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/nftproxy/nftproxy/test/fixture"
 )
 
 // containsKey reports whether the ruleset names the Service in a comment.
-func containsKey(ruleset string, s service) bool { return strings.Contains(ruleset, `"`+s.key()) }
+func containsKey(ruleset string, s fixture.Service) bool {
+	return strings.Contains(ruleset, `"`+s.Key())
+}
 
 // containsAll reports whether s contains every one of subs.
 func containsAll(s string, subs ...string) bool {
@@ -56,11 +60,11 @@ func lineDiff(a, b, nameA, nameB string) string {
 // maps and sets named after it (own chains of ranges, all-ports and affinity ports, source-range
 // and affinity sets), and the elements of the shared endpoint maps under its addresses (the
 // slots of its shared-mode ports).
-func objectsOf(ruleset string, s service) string {
+func objectsOf(ruleset string, s fixture.Service) string {
 	var out strings.Builder
 	in := false
 	for _, line := range strings.Split(ruleset, "\n") {
-		if !in && strings.HasSuffix(line, "{") && strings.Contains(line, "-"+s.key()) &&
+		if !in && strings.HasSuffix(line, "{") && strings.Contains(line, "-"+s.Key()) &&
 			(strings.HasPrefix(line, "\tchain ") || strings.HasPrefix(line, "\tmap ") || strings.HasPrefix(line, "\tset ")) {
 			in = true
 		}
@@ -72,7 +76,7 @@ func objectsOf(ruleset string, s service) string {
 		}
 	}
 	var addrs []string
-	for _, a := range append(append(append([]netip.Addr(nil), s.clusterIPs...), s.lbIPs...), s.externalIPs...) {
+	for _, a := range append(append(append([]netip.Addr(nil), s.ClusterIPs...), s.LoadBalancerIPs...), s.ExternalIPs...) {
 		addrs = append(addrs, a.String()+" . ")
 	}
 	var set string

@@ -1,9 +1,9 @@
 package k8s
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -11,24 +11,23 @@ import (
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
 // waitEvent waits (bounded) for a Warning Event on Service name and returns its reason and note.
 func (e *env) waitEvent(name string) (reason, note string) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for {
+	e.waitUntil("a Warning Event on Service "+name, func() (bool, string) {
 		for _, ev := range e.eventsOn(name) {
 			if ev.Type == "Warning" {
-				return ev.Reason, ev.Note
+				reason, note = ev.Reason, ev.Note
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no Event on Service %s after %v", name, waitBound)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, "none"
+	})
+	return reason, note
 }
 
 // eventsOn lists the Events nftproxy reported on Service name. The API server reports on
@@ -56,23 +55,14 @@ func (e *env) eventsOn(name string) []eventsv1.Event {
 // out of the ruleset; a plain Service next to them is programmed.
 func TestNodeIsGuardedInKubernetesMode(t *testing.T) {
 	e := newEnv(t, nil)
-	block := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "kubelet-block", Annotations: map[string]string{
-			annotation.PortRangesKey: "k=10240-10260", annotation.NodePortRangesKey: "k=10240-10260"}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: lab.ClusterIPv4(60).String(),
-			Ports: []corev1.ServicePort{{Name: "k", Port: 10240, Protocol: corev1.ProtocolTCP}}},
-	}
-	takeover := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "takeover", Annotations: map[string]string{annotation.AllPortsKey: "true"}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: lab.ClusterIPv4(61).String(),
-			AllocateLoadBalancerNodePorts: ptrTo(false),
-			Ports:                         []corev1.ServicePort{{Name: "tcp", Port: 1, Protocol: corev1.ProtocolTCP}}},
-	}
-	for _, s := range []*corev1.Service{block, takeover} {
-		if _, err := e.cs.CoreV1().Services(testNS).Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create Service %s: %v", s.Name, err)
-		}
-	}
+	block := fixture.Service{Name: "kubelet-block", Namespace: testNS, Type: corev1.ServiceTypeNodePort,
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(60)}, Ports: []fixture.Port{{Name: "k", Protocol: corev1.ProtocolTCP, Port: 10240}},
+		Annotations: map[string]string{annotation.PortRangesKey: "k=10240-10260", annotation.NodePortRangesKey: "k=10240-10260"}}
+	takeover := fixture.Service{Name: "takeover", Namespace: testNS, Type: corev1.ServiceTypeLoadBalancer,
+		ClusterIPs: []netip.Addr{lab.ClusterIPv4(61)}, Ports: []fixture.Port{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 1}},
+		Annotations: map[string]string{annotation.AllPortsKey: "true"}}
+	e.createService(block)
+	e.createService(takeover)
 	got, err := e.cs.CoreV1().Services(testNS).Get(e.ctx, takeover.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +71,7 @@ func TestNodeIsGuardedInKubernetesMode(t *testing.T) {
 	if _, err := e.cs.CoreV1().Services(testNS).UpdateStatus(e.ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("status of %s: %v", takeover.Name, err)
 	}
-	plain := svc{name: "plain", ip: 62, pods: []int{1}}
+	plain := httpService("plain", 62, 1)
 	e.createService(plain)
 	e.waitProgrammed(plain)
 
@@ -106,5 +96,3 @@ func TestNodeIsGuardedInKubernetesMode(t *testing.T) {
 		t.Errorf("the block over the kubelet's port is programmed; ruleset:\n%s", rs)
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -4,10 +4,7 @@
 package k8s
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -16,18 +13,18 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/test/cluster"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 const (
-	nodeName = "node-1"
-	testNS   = "default"
+	testNS = "default"
 	// waitBound bounds every wait: a broken daemon fails a test instead of hanging the tier.
 	waitBound    = 60 * time.Second
 	pollInterval = 5 * time.Millisecond
@@ -37,24 +34,10 @@ const (
 var daemonBinary string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("NFTPROXY_UNIT_ONLY") != "" || os.Getenv("NFTPROXY_SKIP_CLUSTER") != "" || os.Geteuid() != 0 {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "nftproxy-k8s-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "k8s tier:", err)
-		os.Exit(1)
-	}
-	bin, err := lab.BuildDaemon(dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		fmt.Fprintln(os.Stderr, "k8s tier:", err)
-		os.Exit(1)
-	}
-	daemonBinary = bin
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(tier.Main(m, "k8s", tier.SkipReason("NFTPROXY_SKIP_CLUSTER"), func(bin, _ string) error {
+		daemonBinary = bin
+		return nil
+	}))
 }
 
 // env is one scenario: an API server, a lab node and the daemon in it.
@@ -72,6 +55,12 @@ type env struct {
 // the DaemonSet runs it: its arguments, the ServiceAccount token bound by its ClusterRole, and
 // only CAP_NET_ADMIN in the capability bounding set.
 func newEnv(t *testing.T, cfg map[string]string) *env {
+	t.Helper()
+	return newLabEnv(t, cfg, lab.Options{Pods: 2})
+}
+
+// newLabEnv is newEnv with a lab of the given shape (its pods' ports, for ranges and all-ports).
+func newLabEnv(t *testing.T, cfg map[string]string, opts lab.Options) *env {
 	t.Helper()
 	netns.Skip(t)
 	c := cluster.Start(t, cluster.Options{})
@@ -92,7 +81,7 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 		t.Fatal(err)
 	}
 	e.createNode()
-	e.lab = lab.New(t, lab.Options{Pods: 2})
+	e.lab = lab.New(t, opts)
 
 	ttl := int64(3600)
 	tr, err := e.cs.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "nftproxy",
@@ -104,7 +93,7 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 	kubeconfig := c.KubeconfigFor(t, e.lab.Node, sa)
 
 	argv := []string{"setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary}
-	argv = append(argv, daemonArgs(t, objs, nodeName)...)
+	argv = append(argv, daemonArgs(t, objs, fixture.NodeName)...)
 	argv = append(argv, "--kubeconfig", kubeconfig)
 	p, err := e.lab.StartInNode(ctx, argv...)
 	if err != nil {
@@ -114,11 +103,10 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 	return e
 }
 
+// createNode creates the Node the daemon runs as, with the lab's node addresses.
 func (e *env) createNode() {
 	e.t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: lab.NodeIPv4}, {Type: corev1.NodeInternalIP, Address: lab.NodeIPv6}}}}
+	n := fixture.LabNode().Object()
 	created, err := e.cs.CoreV1().Nodes().Create(e.ctx, n, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("create Node: %v", err)
@@ -129,68 +117,56 @@ func (e *env) createNode() {
 	}
 }
 
-// svc describes a ClusterIP Service on port 80 and its one EndpointSlice.
-type svc struct {
-	name        string
-	ip          int // ClusterIPv4(ip)
-	labels      map[string]string
-	annotations map[string]string
-	pods        []int // endpoints: pod-n
+// httpService is a ClusterIP Service on ClusterIPv4(ip) port 80 (TCP, named http) with endpoints on
+// pods: the shape most scenarios of the tier use.
+func httpService(name string, ip int, pods ...int) fixture.Service {
+	return fixture.Service{Name: name, Namespace: testNS, ClusterIPs: []netip.Addr{lab.ClusterIPv4(ip)},
+		Ports: []fixture.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, Endpoints: fixture.Pods(pods...)}
 }
 
-func (s svc) vip() string { return netip.AddrPortFrom(lab.ClusterIPv4(s.ip), 80).String() }
+// vip is "ClusterIP:80" of s.
+func vip(s fixture.Service) string { return netip.AddrPortFrom(s.ClusterIPs[0], 80).String() }
 
 // marker is how the ruleset names the Service (comments "ns/name/proto/port").
-func (s svc) marker() string { return `"` + testNS + "/" + s.name + "/" }
+func marker(s fixture.Service) string { return `"` + s.Key() }
 
-func (e *env) createService(s svc) {
+// createService creates s and its EndpointSlices through the API, as the EndpointSlice
+// controller would write them, and writes its LoadBalancerIPs in its status as a load balancer
+// controller would; it returns the Service as the API server stored it.
+func (e *env) createService(s fixture.Service) *corev1.Service {
 	e.t.Helper()
-	obj := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: s.name, Labels: s.labels, Annotations: s.annotations},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: lab.ClusterIPv4(s.ip).String(),
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
-	if _, err := e.cs.CoreV1().Services(testNS).Create(e.ctx, obj, metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create Service %s: %v", s.name, err)
-	}
-	if _, err := e.cs.DiscoveryV1().EndpointSlices(testNS).Create(e.ctx, s.slice(), metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create EndpointSlice of %s: %v", s.name, err)
-	}
-}
-
-// slice is the Service's EndpointSlice as the EndpointSlice controller would write it: the
-// Service's labels plus kubernetes.io/service-name.
-func (s svc) slice() *discoveryv1.EndpointSlice {
-	lbls := map[string]string{discoveryv1.LabelServiceName: s.name}
-	for k, v := range s.labels {
-		lbls[k] = v
-	}
-	port, proto, name := int32(80), corev1.ProtocolTCP, "http"
-	sl := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: testNS, Name: s.name + "-v4", Labels: lbls},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
-	}
-	ready, node := true, nodeName
-	for _, n := range s.pods {
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{lab.PodIPv4(n).String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node})
-	}
-	return sl
-}
-
-// setEndpoints replaces the endpoints of s's slice with pods.
-func (e *env) setEndpoints(s svc, pods ...int) {
-	e.t.Helper()
-	s.pods = pods
-	cur, err := e.cs.DiscoveryV1().EndpointSlices(testNS).Get(e.ctx, s.name+"-v4", metav1.GetOptions{})
+	obj := s.Object()
+	created, err := e.cs.CoreV1().Services(s.NS()).Create(e.ctx, obj, metav1.CreateOptions{})
 	if err != nil {
-		e.t.Fatal(err)
+		e.t.Fatalf("create Service %s: %v", s.Name, err)
 	}
-	next := s.slice()
-	next.ResourceVersion = cur.ResourceVersion
-	if _, err := e.cs.DiscoveryV1().EndpointSlices(testNS).Update(e.ctx, next, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatalf("update EndpointSlice of %s: %v", s.name, err)
+	if len(obj.Status.LoadBalancer.Ingress) > 0 {
+		created.Status = obj.Status
+		if created, err = e.cs.CoreV1().Services(s.NS()).UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+			e.t.Fatalf("status of Service %s: %v", s.Name, err)
+		}
+	}
+	for _, sl := range s.Slices() {
+		if _, err := e.cs.DiscoveryV1().EndpointSlices(s.NS()).Create(e.ctx, sl, metav1.CreateOptions{}); err != nil {
+			e.t.Fatalf("create EndpointSlice of %s: %v", s.Name, err)
+		}
+	}
+	return created
+}
+
+// setEndpoints replaces the endpoints of s's slices with pods.
+func (e *env) setEndpoints(s fixture.Service, pods ...int) {
+	e.t.Helper()
+	s.Endpoints = fixture.Pods(pods...)
+	for _, next := range s.Slices() {
+		cur, err := e.cs.DiscoveryV1().EndpointSlices(s.NS()).Get(e.ctx, next.Name, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		next.ResourceVersion = cur.ResourceVersion
+		if _, err := e.cs.DiscoveryV1().EndpointSlices(s.NS()).Update(e.ctx, next, metav1.UpdateOptions{}); err != nil {
+			e.t.Fatalf("update EndpointSlice of %s: %v", s.Name, err)
+		}
 	}
 }
 
@@ -207,27 +183,12 @@ func (e *env) ruleset() string {
 // the test after waitBound or when the daemon exits.
 func (e *env) waitFor(what string, cond func(ruleset string) bool) time.Duration {
 	e.t.Helper()
-	start := time.Now()
-	for {
-		rs := e.ruleset()
-		if cond(rs) {
-			return time.Since(start)
-		}
-		select {
-		case <-e.daemon.Done():
-			e.t.Fatalf("waiting for %s: the daemon exited (%v); ruleset:\n%s", what, e.daemon.Err(), rs)
-		default:
-		}
-		if time.Since(start) > waitBound {
-			e.t.Fatalf("waiting for %s: not there after %v; ruleset:\n%s", what, waitBound, rs)
-		}
-		time.Sleep(pollInterval)
-	}
+	return tier.WaitRuleset(e.t, e.ctx, e.lab, e.daemon, waitBound, pollInterval, what, cond)
 }
 
-func (e *env) waitProgrammed(s svc) time.Duration {
+func (e *env) waitProgrammed(s fixture.Service) time.Duration {
 	e.t.Helper()
-	return e.waitFor("Service "+s.name, func(rs string) bool { return strings.Contains(rs, s.marker()) })
+	return e.waitFor("Service "+s.Name, func(rs string) bool { return strings.Contains(rs, marker(s)) })
 }
 
 // healthz asks the daemon's /healthz inside the node and returns the HTTP status line.
@@ -236,22 +197,9 @@ func (e *env) healthz() string { e.t.Helper(); return e.health("/healthz") }
 // health asks the daemon's health endpoint path inside the node; the HTTP status line.
 func (e *env) health(path string) string {
 	e.t.Helper()
-	var status string
-	err := e.lab.Node.Do(func() error {
-		// The socket is created on this (namespace-switched) thread; it stays in the node.
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:10256", 5*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
-			return err
-		}
-		status, err = bufio.NewReader(conn).ReadString('\n')
-		return err
-	})
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256"+path)
 	if err != nil {
 		e.t.Fatalf("%s: %v", path, err)
 	}
-	return strings.TrimSpace(status)
+	return r.Status
 }

@@ -1,10 +1,7 @@
 package k8s
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,54 +9,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
-	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
-// httpGet sends GET path to addr from inside namespace ns; the status line and the body.
-func httpGet(ns *netns.NS, addr, path string) (status, body string, err error) {
-	err = ns.Do(func() error {
-		// The socket is created on this (namespace-switched) thread; it stays in ns.
-		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
-			return err
-		}
-		r := bufio.NewReader(conn)
-		if status, err = r.ReadString('\n'); err != nil {
-			return err
-		}
-		rest, err := io.ReadAll(r)
-		body = string(rest)
-		return err
-	})
-	return strings.TrimSpace(status), body, err
-}
-
-// createLocalLB creates a LoadBalancer Service with externalTrafficPolicy Local on ClusterIPv4(ip)
-// with endpoints on pods of this node, and returns the health-check node port the API server
-// allocated for it.
-func (e *env) createLocalLB(s svc) int {
+// createLocalLB creates s as a LoadBalancer Service with externalTrafficPolicy Local and
+// returns the health-check node port the API server allocated for it.
+func (e *env) createLocalLB(s fixture.Service) int {
 	e.t.Helper()
-	obj := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: s.name},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: lab.ClusterIPv4(s.ip).String(),
-			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
-			Ports:                 []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
-	}
-	created, err := e.cs.CoreV1().Services(testNS).Create(e.ctx, obj, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatalf("create Service %s: %v", s.name, err)
-	}
+	s.Type = corev1.ServiceTypeLoadBalancer
+	s.Edit = func(o *corev1.Service) { o.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }
+	created := e.createService(s)
 	if created.Spec.HealthCheckNodePort == 0 {
-		e.t.Fatalf("Service %s: the API server allocated no healthCheckNodePort", s.name)
-	}
-	if _, err := e.cs.DiscoveryV1().EndpointSlices(testNS).Create(e.ctx, s.slice(), metav1.CreateOptions{}); err != nil {
-		e.t.Fatalf("create EndpointSlice of %s: %v", s.name, err)
+		e.t.Fatalf("Service %s: the API server allocated no healthCheckNodePort", s.Name)
 	}
 	return int(created.Spec.HealthCheckNodePort)
 }
@@ -68,37 +31,27 @@ func (e *env) createLocalLB(s svc) int {
 // load balancer does; the status line.
 func (e *env) healthCheck(port int) string {
 	e.t.Helper()
-	status, _, err := httpGet(e.lab.Client(1).NS, fmt.Sprintf("%s:%d", lab.NodeIPv4, port), "/")
+	r, err := tier.Get(e.ctx, e.lab.Client(1).NS, fmt.Sprintf("http://%s:%d/", lab.NodeIPv4, port))
 	if err != nil {
 		return "error: " + err.Error()
 	}
-	return status
+	return r.Status
 }
 
 // waitUntil polls cond (bounded by waitBound) and fails with what when it never holds.
 func (e *env) waitUntil(what string, cond func() (bool, string)) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for {
-		ok, got := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not after %v; last seen: %s", what, waitBound, got)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	tier.Until(e.t, e.ctx, waitBound, 250*time.Millisecond, what, cond)
 }
 
 // metric reads one series from the daemon's /metrics inside the node ("" if absent).
 func (e *env) metric(series string) string {
 	e.t.Helper()
-	_, body, err := httpGet(e.lab.Node, "127.0.0.1:10249", "/metrics")
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
 	if err != nil {
 		e.t.Fatalf("/metrics: %v", err)
 	}
-	for _, l := range strings.Split(body, "\n") {
+	for _, l := range strings.Split(r.Body, "\n") {
 		if v, ok := strings.CutPrefix(l, series+" "); ok {
 			return v
 		}
@@ -116,16 +69,16 @@ func (e *env) metric(series string) string {
 func TestAPIServerOutage(t *testing.T) {
 	const timeout = 3 * time.Second
 	e := newEnv(t, map[string]string{"healthz-timeout": timeout.String(), "nodeport-addresses": lab.NodeIPv4 + "/32"})
-	web := svc{name: "web", ip: 50, pods: []int{1}}
+	web := httpService("web", 50, 1)
 	e.createService(web)
-	lb := svc{name: "lb", ip: 51, pods: []int{1}}
+	lb := httpService("lb", 51, 1)
 	hcPort := e.createLocalLB(lb)
-	e.waitFor("web with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, web, web.pods) })
+	e.waitFor("web with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, web, []int{1}) })
 	e.waitUntil("health-check node port answers 200", func() (bool, string) {
 		got := e.healthCheck(hcPort)
 		return strings.Contains(got, " 200 "), got
 	})
-	if _, _, err := httpGet(e.lab.Node, fmt.Sprintf("127.0.0.1:%d", hcPort), "/"); err == nil {
+	if _, err := tier.Get(e.ctx, e.lab.Node, fmt.Sprintf("http://127.0.0.1:%d/", hcPort)); err == nil {
 		t.Errorf("health-check node port answers on 127.0.0.1, outside --nodeport-addresses %s/32", lab.NodeIPv4)
 	}
 
@@ -145,7 +98,8 @@ func TestAPIServerOutage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the outage was not reported in /healthz's body within %v", waitBound)
 		}
-		status, body, err := httpGet(e.lab.Node, "127.0.0.1:10256", "/healthz")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256/healthz")
+		status, body := r.Status, r.Body
 		if err != nil || !strings.Contains(status, " 200 ") {
 			t.Fatalf("/healthz during the outage: %q %s (err %v), want 200: an unreachable API server must not fail it", status, body, err)
 		}
@@ -184,14 +138,14 @@ func TestAPIServerOutage(t *testing.T) {
 // endpoints leave by themselves), and the rules keep serving.
 func TestNodeDrainingFailsHealthz(t *testing.T) {
 	e := newEnv(t, nil)
-	lb := svc{name: "lb", ip: 52, pods: []int{1}}
+	lb := httpService("lb", 52, 1)
 	hcPort := e.createLocalLB(lb)
 	e.waitProgrammed(lb)
 	e.waitHealth("/healthz before the taint", "/healthz", " 200 ")
 
 	taint := func(on bool) {
 		t.Helper()
-		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+		n, err := e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,8 +159,8 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	}
 	taint(true)
 	e.waitHealth("/healthz with the autoscaler's taint", "/healthz", " 503 ")
-	if _, body, _ := httpGet(e.lab.Node, "127.0.0.1:10256", "/healthz"); !strings.Contains(body, `"nodeEligible":false`) {
-		t.Errorf("/healthz body with the taint: %s, want nodeEligible false", body)
+	if r, _ := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256/healthz"); !strings.Contains(r.Body, `"nodeEligible":false`) {
+		t.Errorf("/healthz body with the taint: %s, want nodeEligible false", r.Body)
 	}
 	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {
 		t.Errorf("/livez with the taint: %q, want 200", got)
@@ -222,7 +176,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	e.waitHealth("/healthz once the taint is removed", "/healthz", " 200 ")
 
 	// Deletion: a finalizer keeps the Node object while its deletionTimestamp is set.
-	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +184,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	if _, err := e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cs.CoreV1().Nodes().Delete(e.ctx, nodeName, metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.CoreV1().Nodes().Delete(e.ctx, fixture.NodeName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitHealth("/healthz while the Node is being deleted", "/healthz", " 503 ")
@@ -239,7 +193,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	}
 	e.probe(lb, 1)
 	// Let the deletion finish, so the API server holds nothing pending when it stops.
-	if n, err = e.cs.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{}); err == nil {
+	if n, err = e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{}); err == nil {
 		n.Finalizers = nil
 		_, err = e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
 	}

@@ -7,21 +7,22 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // probe dials s from client-1 and checks which pods answer (none: wantPods empty means the
 // packet must go unanswered, as a Service nftproxy does not handle).
-func (e *env) probe(s svc, wantPods ...int) {
+func (e *env) probe(s fixture.Service, wantPods ...int) {
 	e.t.Helper()
-	r := e.lab.Client(1).Dial(e.ctx, "tcp", s.vip())
+	r := e.lab.Client(1).Dial(e.ctx, "tcp", vip(s))
 	if len(wantPods) == 0 {
 		if r.Outcome == lab.Replied {
-			e.t.Errorf("%s (%s): got %v, want no answer", s.name, s.vip(), r)
+			e.t.Errorf("%s (%s): got %v, want no answer", s.Name, vip(s), r)
 		}
 		return
 	}
@@ -30,14 +31,15 @@ func (e *env) probe(s svc, wantPods ...int) {
 		names = append(names, e.lab.Pod(n).Name)
 	}
 	if r.Outcome != lab.Replied || !slices.Contains(names, r.Reply.Pod) {
-		e.t.Errorf("%s (%s): got %v, want a reply from one of %v", s.name, s.vip(), r, names)
+		e.t.Errorf("%s (%s): got %v, want a reply from one of %v", s.Name, vip(s), r, names)
 	}
 }
 
 func TestServicesFromTheAPIAreProgrammed(t *testing.T) {
 	e := newEnv(t, nil)
-	web := svc{name: "web", ip: 10, pods: []int{1}}
-	theirs := svc{name: "theirs", ip: 11, pods: []int{1}, labels: map[string]string{annotation.ServiceProxyNameLabel: "other"}}
+	web := httpService("web", 10, 1)
+	theirs := httpService("theirs", 11, 1)
+	theirs.Labels = map[string]string{annotation.ServiceProxyNameLabel: "other"}
 	e.createService(theirs)
 	e.createService(web)
 	e.waitProgrammed(web)
@@ -66,7 +68,7 @@ func TestServicesFromTheAPIAreProgrammed(t *testing.T) {
 		})
 	}
 	// Programmed after theirs was created, so theirs has been seen and skipped.
-	if rs := e.ruleset(); strings.Contains(rs, theirs.marker()) {
+	if rs := e.ruleset(); strings.Contains(rs, marker(theirs)) {
 		t.Errorf("a Service labelled for proxy %q is programmed; ruleset:\n%s", "other", rs)
 	}
 	e.probe(theirs)
@@ -84,12 +86,13 @@ func hasExactly(rs string, pods []int) bool {
 
 func TestServiceProxyNameLabel(t *testing.T) {
 	e := newEnv(t, map[string]string{"service-proxy-name": "nftproxy"})
-	ours := svc{name: "ours", ip: 20, pods: []int{1}, labels: map[string]string{annotation.ServiceProxyNameLabel: "nftproxy"}}
-	plain := svc{name: "plain", ip: 21, pods: []int{2}}
+	ours := httpService("ours", 20, 1)
+	ours.Labels = map[string]string{annotation.ServiceProxyNameLabel: "nftproxy"}
+	plain := httpService("plain", 21, 2)
 	e.createService(plain)
 	e.createService(ours)
 	e.waitProgrammed(ours)
-	if rs := e.ruleset(); strings.Contains(rs, plain.marker()) {
+	if rs := e.ruleset(); strings.Contains(rs, marker(plain)) {
 		t.Errorf("with --service-proxy-name=nftproxy an unlabelled Service is programmed; ruleset:\n%s", rs)
 	}
 	e.probe(ours, 1)
@@ -98,17 +101,18 @@ func TestServiceProxyNameLabel(t *testing.T) {
 
 func TestBadAnnotationMakesOneEvent(t *testing.T) {
 	e := newEnv(t, nil)
-	bad := svc{name: "rtp", ip: 30, pods: []int{1}, annotations: map[string]string{annotation.PortRangesKey: "http=80-70"}}
-	good := svc{name: "ok", ip: 31, pods: []int{1}}
+	bad := httpService("rtp", 30, 1)
+	bad.Annotations = map[string]string{annotation.PortRangesKey: "http=80-70"}
+	good := httpService("ok", 31, 1)
 	e.createService(bad)
 	e.createService(good)
 	e.waitProgrammed(good) // a bad Service does not hold the others back
 
-	reason, note := e.waitEvent(bad.name)
+	reason, note := e.waitEvent(bad.Name)
 	if reason != model.ReasonRangeEndBeforeStart || !strings.Contains(note, "80-70") {
 		t.Errorf("event: got reason %q note %q, want Warning %s naming 80-70", reason, note, model.ReasonRangeEndBeforeStart)
 	}
-	if rs := e.ruleset(); strings.Contains(rs, bad.marker()) {
+	if rs := e.ruleset(); strings.Contains(rs, marker(bad)) {
 		t.Errorf("rejected Service is programmed; ruleset:\n%s", rs)
 	}
 
@@ -120,11 +124,11 @@ func TestBadAnnotationMakesOneEvent(t *testing.T) {
 	e.setEndpoints(good, 2)
 	e.waitFor("ok moved to pod-2", func(rs string) bool { return hasExactly(rs, []int{2}) })
 	var names []string
-	for _, ev := range e.eventsOn(bad.name) {
+	for _, ev := range e.eventsOn(bad.Name) {
 		names = append(names, ev.Name)
 	}
 	if len(names) != 1 {
-		t.Errorf("events on %s after endpoint churn: got %d (%v), want 1", bad.name, len(names), names)
+		t.Errorf("events on %s after endpoint churn: got %d (%v), want 1", bad.Name, len(names), names)
 	}
 }
 
@@ -138,10 +142,11 @@ func TestNetworkProgrammingIsObserved(t *testing.T) {
 	series := []string{"nftproxy_network_programming_duration_seconds_count", "kubeproxy_network_programming_duration_seconds_count"}
 	// counts reads both series' observation counts; an error until /metrics serves.
 	counts := func() ([]float64, error) {
-		_, body, err := httpGet(e.lab.Node, "127.0.0.1:10249", "/metrics")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
 		if err != nil {
 			return nil, err
 		}
+		body := r.Body
 		var out []float64
 		for _, s := range series {
 			v := math.NaN()
@@ -173,28 +178,28 @@ func TestNetworkProgrammingIsObserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := svc{name: "prog", ip: 40, pods: []int{1}}
+	s := httpService("prog", 40, 1)
 	e.createService(s)
-	e.waitFor(s.name+" with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, s, s.pods) })
+	e.waitFor(s.Name+" with its endpoint", func(rs string) bool { return slotsHaveOnly(rs, s, []int{1}) })
 	before = observed("new Service", before)
 
 	e.setEndpoints(s, 2)
-	e.waitFor(s.name+" moved to pod-2", func(rs string) bool { return slotsHaveOnly(rs, s, []int{2}) })
+	e.waitFor(s.Name+" moved to pod-2", func(rs string) bool { return slotsHaveOnly(rs, s, []int{2}) })
 	observed("endpoint change", before)
 	e.probe(s, 2)
 }
 
 // slotsHaveOnly reports whether the slots of s's ClusterIP in the shared endpoint map name
 // exactly the pods' addresses (and at least one: a Service without endpoints has no slot).
-func slotsHaveOnly(rs string, s svc, pods []int) bool {
+func slotsHaveOnly(rs string, s fixture.Service, pods []int) bool {
 	slots := slotsOf(rs, s)
 	return slots != "" && hasExactly(slots, pods)
 }
 
 // slotsOf is the text of the elements of the endpoints maps of a `nft list ruleset` listing
 // whose key starts with s's ClusterIP and port, one a line.
-func slotsOf(rs string, s svc) string {
-	prefix := lab.ClusterIPv4(s.ip).String() + " . tcp . 80 . "
+func slotsOf(rs string, s fixture.Service) string {
+	prefix := s.ClusterIPs[0].String() + " . tcp . 80 . "
 	var out strings.Builder
 	for _, block := range strings.Split(rs, "map endpoints {")[1:] {
 		if end := strings.Index(block, "\n\t}"); end >= 0 {
@@ -212,15 +217,8 @@ func slotsOf(rs string, s svc) string {
 // waitHealth polls a health endpoint (bounded) until its status line contains want.
 func (e *env) waitHealth(what, path, want string) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for {
+	e.waitUntil(fmt.Sprintf("%s: %s containing %q", what, path, want), func() (bool, string) {
 		got := e.health(path)
-		if strings.Contains(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: %s is %q after %v, want it to contain %q", what, path, got, waitBound, want)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return strings.Contains(got, want), got
+	})
 }

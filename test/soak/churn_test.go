@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -21,20 +22,20 @@ const (
 )
 
 // churnService is Service i (from 1) of the churn, with endpoints for version v.
-func churnService(i, v int) service {
+func churnService(i, v int) fixture.Service {
 	a := 3 + (i+v)%churnPool
 	b := 3 + (i+v+7)%churnPool
-	return service{name: fmt.Sprintf("svc-%05d", i), namespace: "churn",
-		clusterIPs: []netip.Addr{serviceAddr(256 + i)},
-		ports:      []servicePort{{name: "http", proto: "TCP", port: 80}},
-		endpoints:  []netip.Addr{lab.PodIPv4(a), lab.PodIPv4(b)}}
+	return fixture.Service{Name: fmt.Sprintf("svc-%05d", i), Namespace: "churn",
+		ClusterIPs: []netip.Addr{serviceAddr(256 + i)},
+		Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}},
+		Endpoints:  fixture.Addrs(lab.PodIPv4(a), lab.PodIPv4(b))}
 }
 
 // churnCanary is a Service the client probes: the churn moves it once from pod-1 to pod-2,
 // half-way through, and the first reply from pod-2 says when that change reached the kernel.
-func churnCanary(pod int) service {
-	return service{name: "canary", namespace: "churn", clusterIPs: []netip.Addr{lab.ClusterIPv4(250)},
-		ports: []servicePort{{name: "http", proto: "TCP", port: 80}}, endpoints: []netip.Addr{lab.PodIPv4(pod)}}
+func churnCanary(pod int) fixture.Service {
+	return fixture.Service{Name: "canary", Namespace: "churn", ClusterIPs: []netip.Addr{lab.ClusterIPv4(250)},
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}}, Endpoints: fixture.Addrs(lab.PodIPv4(pod))}
 }
 
 // TestChurn loads many Services, then rewrites EndpointSlice files at a fixed rate (atomic
@@ -49,13 +50,13 @@ func TestChurn(t *testing.T) {
 	for f := 0; f*churnPerFile < n; f++ {
 		var b strings.Builder
 		for i := f*churnPerFile + 1; i <= min(n, (f+1)*churnPerFile); i++ {
-			b.WriteString(churnService(i, 0).serviceYAML())
+			b.WriteString(churnService(i, 0).ServiceYAML())
 		}
 		e.writeFile(fmt.Sprintf("svc-churn-%03d.yaml", f), b.String())
 	}
 	for i := 1; i <= n; i++ {
 		s := churnService(i, 0)
-		e.writeFile(s.sliceFile(), s.slicesYAML(0))
+		e.writeFile(sliceFile(s), slicesYAML(s, 0))
 	}
 	e.write(churnCanary(1))
 
@@ -99,14 +100,14 @@ func TestChurn(t *testing.T) {
 	var canaryAt time.Time
 	for time.Since(start) < run.churnFor {
 		if canaryAt.IsZero() && time.Since(start) >= run.churnFor/2 {
-			e.writeFile(churnCanary(2).sliceFile(), churnCanary(2).slicesYAML(1))
+			e.writeFile(sliceFile(churnCanary(2)), slicesYAML(churnCanary(2), 1))
 			canaryAt = time.Now()
 		}
 		for due := int(time.Since(start).Seconds() * float64(run.churnRate)); writes < due; writes++ {
 			i := 1 + rand.IntN(n)
 			version[i]++
 			s := churnService(i, version[i])
-			e.writeFile(s.sliceFile(), s.slicesYAML(version[i]))
+			e.writeFile(sliceFile(s), slicesYAML(s, version[i]))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -27,15 +28,15 @@ const otherTable = `table inet other {
 
 // driftServices: web keeps serving; the pick chain victim shares with web (2 endpoints) and
 // lonely's map element are deleted.
-func driftServices() []service {
-	return []service{
-		{name: "web", clusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
-			ports:     []servicePort{{name: "http", proto: "TCP", port: 80}, {name: "dns", proto: "UDP", port: 80}},
-			endpoints: pods(1, 2)},
-		{name: "victim", clusterIPs: []netip.Addr{lab.ClusterIPv4(3)},
-			ports: []servicePort{{name: "http", proto: "TCP", port: 80}}, endpoints: pods(1, 2)},
-		{name: "lonely", clusterIPs: []netip.Addr{lab.ClusterIPv4(4)},
-			ports: []servicePort{{name: "http", proto: "TCP", port: 80}}, endpoints: pods(2)},
+func driftServices() []fixture.Service {
+	return []fixture.Service{
+		{Name: "web", ClusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
+			Ports:     []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "dns", Protocol: "UDP", Port: 80}},
+			Endpoints: fixture.Pods(1, 2)},
+		{Name: "victim", ClusterIPs: []netip.Addr{lab.ClusterIPv4(3)},
+			Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}}, Endpoints: fixture.Pods(1, 2)},
+		{Name: "lonely", ClusterIPs: []netip.Addr{lab.ClusterIPv4(4)},
+			Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}}, Endpoints: fixture.Pods(2)},
 	}
 }
 
@@ -261,11 +262,11 @@ func (e *env) otherTable() string {
 func (e *env) checkServing(when string) {
 	e.t.Helper()
 	for _, s := range driftServices() {
-		for _, a := range s.clusterIPs {
-			for _, p := range s.ports {
-				tg := target{name: s.name, network: strings.ToLower(p.proto), addr: a, first: uint16(p.port)}
+		for _, a := range s.ClusterIPs {
+			for _, p := range s.Ports {
+				tg := target{name: s.Name, network: strings.ToLower(string(p.Protocol)), addr: a, first: uint16(p.Port)}
 				if why := probe(e.ctx, e.lab.Client(1).NS, tg); why != "" {
-					e.t.Errorf("%s: %s %s %s: %s", when, s.name, p.proto, a, why)
+					e.t.Errorf("%s: %s %s %s: %s", when, s.Name, p.Protocol, a, why)
 				}
 			}
 		}

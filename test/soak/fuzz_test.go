@@ -15,6 +15,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/test/fixture"
 )
 
 // seedDirs hold real manifests the fuzzer starts from (relative to this package).
@@ -49,7 +50,7 @@ func FuzzManifestLoad(f *testing.F) {
 	}
 	var builders []*ruleset.Builder
 	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
-		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam, MasqueradeMark: 0x4000, DropMark: 0x8000, NodeName: nodeName,
+		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam, MasqueradeMark: 0x4000, DropMark: 0x8000, NodeName: fixture.NodeName,
 			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/24"), netip.MustParsePrefix("fd00:128::/64")},
 			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/18"), netip.MustParsePrefix("fd00:19::/112")}})
 		if err != nil {
@@ -68,7 +69,7 @@ func FuzzManifestLoad(f *testing.F) {
 				t.Fatalf("a file error without a message: %#v", fe)
 			}
 		}
-		tr := model.NewTracker(model.TrackerConfig{NodeName: nodeName, Logger: logr.Discard()})
+		tr := model.NewTracker(model.TrackerConfig{NodeName: fixture.NodeName, Logger: logr.Discard()})
 		manifest.NewFeeder(tr).Feed(objs, ferrs)
 		snap := tr.Snapshot()
 		for _, s := range snap.Sorted() {

@@ -1,20 +1,19 @@
 package soak
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 const (
@@ -50,40 +49,28 @@ func newEnv(t *testing.T, opts lab.Options, limit time.Duration) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	e.ctx = ctx
-	e.writeFile("node.yaml", nodeYAML())
+	e.writeFile("node.yaml", fixture.LabNode().YAML())
 	return e
 }
 
 // flags are the daemon's lab flags (pod and service CIDRs, the node name, the manifests).
-func (e *env) flags() []string {
-	return []string{"--manifests", e.dir, "--node-name", nodeName,
-		"--cluster-cidr", lab.PodCIDRv4 + "," + lab.PodCIDRv6,
-		"--service-cidr", lab.ServiceCIDRv4 + "," + lab.ServiceCIDRv6}
-}
+func (e *env) flags() []string { return tier.ManifestFlags(e.dir) }
 
 // writeFile (re)writes a manifest atomically: the daemon never reads half a file.
 func (e *env) writeFile(name, content string) {
 	e.t.Helper()
-	if err := writeAtomic(e.dir, name, content); err != nil {
+	if err := fixture.WriteFile(e.dir, name, content); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
-func writeAtomic(dir, name, content string) error {
-	tmp := filepath.Join(dir, ".tmp-"+name)
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, name))
-}
-
-// write writes s's Service and EndpointSlice files.
-func (e *env) write(ss ...service) {
+// write writes each Service's file and, unless it has no endpoints, its EndpointSlices' file.
+func (e *env) write(ss ...fixture.Service) {
 	e.t.Helper()
 	for _, s := range ss {
-		e.writeFile(s.serviceFile(), s.serviceYAML())
-		if s.endpoints != nil {
-			e.writeFile(s.sliceFile(), s.slicesYAML(0))
+		e.writeFile(serviceFile(s), s.ServiceYAML())
+		if s.Endpoints != nil {
+			e.writeFile(sliceFile(s), slicesYAML(s, 0))
 		}
 	}
 }
@@ -93,29 +80,11 @@ func (e *env) write(ss ...service) {
 type daemon struct {
 	name    string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *tier.Buffer
 	done    chan struct{}
 	err     error
 	metrics string // address of its /metrics in the node
 	started time.Time
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writers and the test's readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs `bin run` with the lab flags plus extra, metrics on metricsAddr. The daemon is
@@ -125,7 +94,7 @@ func (e *env) start(name, bin, metricsAddr, healthzAddr string, extra ...string)
 	argv := append([]string{bin, "run"}, e.flags()...)
 	argv = append(argv, "--metrics-bind-address", metricsAddr, "--healthz-bind-address", healthzAddr)
 	argv = append(argv, extra...)
-	d := &daemon{name: name, out: &syncBuffer{}, done: make(chan struct{}), metrics: metricsAddr}
+	d := &daemon{name: name, out: &tier.Buffer{}, done: make(chan struct{}), metrics: metricsAddr}
 	d.cmd = e.lab.Node.Command(argv...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	d.started = time.Now()
@@ -238,27 +207,9 @@ func (e *env) waitSynced(d *daemon, limit time.Duration) time.Duration {
 	return time.Since(d.started)
 }
 
-// poll calls cond every pollInterval until it returns true (nil), returns an error (that
-// error), or limit passes.
+// poll is tier.Poll bounded by the scenario's context, every pollInterval.
 func (e *env) poll(limit time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not true after %v", limit)
-		}
-		select {
-		case <-e.ctx.Done():
-			return e.ctx.Err()
-		case <-time.After(pollInterval):
-		}
-	}
+	return tier.Poll(e.ctx, limit, pollInterval, cond)
 }
 
 // waitRuleset waits until the node's `nft list ruleset` contains every mark.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -190,12 +191,12 @@ func aliasBomb() string {
 func TestHostileInput(t *testing.T) {
 	const scenario = "5 hostile input"
 	e := newEnv(t, lab.Options{Pods: 2}, 3*time.Minute)
-	canary := service{name: "canary", namespace: "hostile", clusterIPs: []netip.Addr{lab.ClusterIPv4(1)},
-		ports: []servicePort{{name: "http", proto: "TCP", port: 80}, {name: "dns", proto: "UDP", port: 80}}, endpoints: pods(1, 2)}
+	canary := fixture.Service{Name: "canary", Namespace: "hostile", ClusterIPs: []netip.Addr{lab.ClusterIPv4(1)},
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "dns", Protocol: "UDP", Port: 80}}, Endpoints: fixture.Pods(1, 2)}
 	e.write(canary)
 	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress, "--min-sync-period", "50ms")
 	e.waitSynced(d, 30*time.Second)
-	e.waitRuleset(15*time.Second, canary.key())
+	e.waitRuleset(15*time.Second, canary.Key())
 
 	targets := []target{
 		{name: "tcp canary", network: "tcp", addr: lab.ClusterIPv4(1), first: 80, pods: []string{"pod-1", "pod-2"}},

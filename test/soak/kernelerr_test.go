@@ -11,20 +11,24 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // kernelServices: web serves IPv4 and IPv6 throughout.
-func kernelServices() []service {
-	return []service{{name: "web", clusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
-		ports:     []servicePort{{name: "http", proto: "TCP", port: 80}, {name: "dns", proto: "UDP", port: 80}},
-		endpoints: pods(1, 2)}}
+func kernelServices() []fixture.Service {
+	return []fixture.Service{{Name: "web", ClusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
+		Ports:     []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "dns", Protocol: "UDP", Port: 80}},
+		Endpoints: fixture.Pods(1, 2)}}
 }
 
 // lateService is written while the kernel refuses the daemon's transactions.
-func lateService(name string, n int) service {
-	return service{name: name, clusterIPs: []netip.Addr{lab.ClusterIPv4(n), lab.ClusterIPv6(n)},
-		ports: []servicePort{{name: "http", proto: "TCP", port: 80}}, endpoints: pods(1, 2)}
+func lateService(name string, n int) fixture.Service {
+	return fixture.Service{Name: name, ClusterIPs: []netip.Addr{lab.ClusterIPv4(n), lab.ClusterIPv6(n)},
+		Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80}}, Endpoints: fixture.Pods(1, 2)}
 }
 
 // expectedFailureLogs is how many "sync failed" lines the runner writes for n failures in a
@@ -69,7 +73,7 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hout syncBuffer
+	var hout tier.Buffer
 	holder.Stdout, holder.Stderr = &hout, &hout
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
@@ -148,7 +152,7 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	if countLines(d.out.String(), "sync recovered") == 0 {
 		t.Errorf("no \"sync recovered\" log line after the retry succeeded")
 	}
-	for _, a := range late.clusterIPs {
+	for _, a := range late.ClusterIPs {
 		if why := probe(e.ctx, e.lab.Client(1).NS, target{name: "late", network: "tcp", addr: a, first: 80}); why != "" {
 			t.Errorf("late Service %s after recovery: %s", a, why)
 		}
@@ -166,7 +170,7 @@ var affSet = regexp.MustCompile(`set (aff-[A-Z0-9]+-default/late2/tcp/http__[0-9
 // fails; its retry (a full sync) reads the table and replaces the foreign set.
 func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	late := lateService("late2", 6)
-	late.affinity = true
+	late.Edit = func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }
 	// The map's name comes from render on a copy of the manifests with late2 added.
 	tmp := t.TempDir()
 	entries, err := os.ReadDir(e.dir)
@@ -178,10 +182,10 @@ func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeAtomic(tmp, late.serviceFile(), late.serviceYAML()); err != nil {
+	if err := fixture.WriteFile(tmp, serviceFile(late), late.ServiceYAML()); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeAtomic(tmp, late.sliceFile(), late.slicesYAML(0)); err != nil {
+	if err := fixture.WriteFile(tmp, sliceFile(late), slicesYAML(late, 0)); err != nil {
 		t.Fatal(err)
 	}
 	flags := e.flags()
@@ -212,7 +216,7 @@ func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	}
 	report.add(t, scenario, "foreign set with our set's name, other type", "%.0f failed syncs, exact desired state within %v of the change (the full retry replaces the set)",
 		delta(m0, m1, "nftproxy_sync_failures_total"), time.Since(start).Round(time.Millisecond))
-	for _, a := range late.clusterIPs {
+	for _, a := range late.ClusterIPs {
 		if why := probe(e.ctx, e.lab.Client(1).NS, target{name: "late2", network: "tcp", addr: a, first: 80}); why != "" {
 			t.Errorf("late2 Service %s: %s", a, why)
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // Binaries TestMain builds once: the daemon, and a byte-for-byte copy under another name that
@@ -72,50 +72,20 @@ func pick() profile {
 	return short
 }
 
-// skipReason says why the kernel scenarios cannot run here, or "" when they can (each test
-// still calls netns.Skip; this only avoids a useless build).
-func skipReason() string {
-	if os.Getenv("NFTPROXY_UNIT_ONLY") != "" {
-		return "NFTPROXY_UNIT_ONLY is set"
-	}
-	if os.Geteuid() != 0 {
-		return "not root"
-	}
-	return ""
-}
-
 func TestMain(m *testing.M) {
-	if skipReason() != "" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "nftproxy-soak-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-		os.Exit(1)
-	}
-	code := 1
-	if err := buildBinaries(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "soak:", err)
-	} else {
-		code = m.Run()
+	code := tier.Main(m, "soak", tier.SkipReason(), func(bin, dir string) error {
+		// A byte-for-byte copy under another name plays the new version in the upgrade.
+		next := filepath.Join(dir, "nftproxy-next")
+		if err := copyFile(bin, next); err != nil {
+			return fmt.Errorf("copy the daemon as its upgrade: %w", err)
+		}
+		daemonBinary, upgradeBinary = bin, next
+		return nil
+	})
+	if daemonBinary != "" {
 		report.print(os.Stdout)
 	}
-	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// buildBinaries compiles ./cmd/nftproxy of this module into dir and copies it as the upgrade.
-func buildBinaries(dir string) error {
-	bin, err := lab.BuildDaemon(dir)
-	if err != nil {
-		return err
-	}
-	next := filepath.Join(dir, "nftproxy-next")
-	if err := copyFile(bin, next); err != nil {
-		return fmt.Errorf("copy the daemon as its upgrade: %w", err)
-	}
-	daemonBinary, upgradeBinary = bin, next
-	return nil
 }
 
 func copyFile(from, to string) error {

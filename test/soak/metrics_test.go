@@ -2,9 +2,7 @@ package soak
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"sort"
@@ -12,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // sample is one scrape of /metrics: every series ("name{labels}" as exposed) and its value.
@@ -20,11 +18,14 @@ type sample map[string]float64
 
 // scrape fetches the daemon's /metrics from inside the node.
 func (e *env) scrape(d *daemon) (sample, error) {
-	body, err := httpGet(e.ctx, e.lab.Node, "http://"+d.metrics+"/metrics")
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://"+d.metrics+"/metrics")
 	if err != nil {
 		return nil, err
 	}
-	return parseMetrics(body)
+	if r.Code != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics of %s: %s", d.name, r.Status)
+	}
+	return parseMetrics(r.Body)
 }
 
 // parseMetrics reads the Prometheus text format: comments skipped, "series value" lines kept.
@@ -112,25 +113,4 @@ func seconds(s float64) string {
 		return "n/a"
 	}
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Microsecond).String()
-}
-
-// httpGet fetches url from inside ns (the connection is dialled on a thread in ns).
-func httpGet(ctx context.Context, ns *netns.NS, url string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := ns.HTTPClient(3 * time.Second).Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(b), nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
@@ -20,23 +21,23 @@ const (
 
 // restartServices are the Services the traffic goes to: a dual-stack NodePort Service and a
 // TCP+UDP port-range Service, both backed by pods 1 and 2.
-func restartServices() []service {
-	return []service{
+func restartServices() []fixture.Service {
+	return []fixture.Service{
 		{
-			name: "web", typ: "NodePort",
-			clusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
-			ports: []servicePort{
-				{name: "http", proto: "TCP", port: 80, nodePort: restartNodePortTCP},
-				{name: "dns", proto: "UDP", port: 80, nodePort: restartNodePortUDP},
+			Name: "web", Type: "NodePort",
+			ClusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
+			Ports: []fixture.Port{
+				{Name: "http", Protocol: "TCP", Port: 80, NodePort: restartNodePortTCP},
+				{Name: "dns", Protocol: "UDP", Port: 80, NodePort: restartNodePortUDP},
 			},
-			endpoints: pods(1, 2),
+			Endpoints: fixture.Pods(1, 2),
 		},
 		{
-			name: "media", clusterIPs: []netip.Addr{lab.ClusterIPv4(2)},
-			ports: []servicePort{{name: "rtp", proto: "UDP", port: restartRangeFirst}, {name: "rtpt", proto: "TCP", port: restartRangeFirst}},
-			annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d,rtpt=%d-%d",
+			Name: "media", ClusterIPs: []netip.Addr{lab.ClusterIPv4(2)},
+			Ports: []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: restartRangeFirst}, {Name: "rtpt", Protocol: "TCP", Port: restartRangeFirst}},
+			Annotations: map[string]string{"nftproxy.io/port-ranges": fmt.Sprintf("rtp=%d-%d,rtpt=%d-%d",
 				restartRangeFirst, restartRangeLast, restartRangeFirst, restartRangeLast)},
-			endpoints: pods(1, 2),
+			Endpoints: fixture.Pods(1, 2),
 		},
 	}
 }
@@ -67,12 +68,12 @@ func restartTargets() []target {
 func fillersYAML(n, version int) string {
 	var b strings.Builder
 	for i := 0; i < n; i++ {
-		s := service{name: fmt.Sprintf("filler-%05d", i), namespace: "fill",
-			clusterIPs: []netip.Addr{serviceAddr(256 + i)},
-			ports:      []servicePort{{name: "http", proto: "TCP", port: 8080, target: 80}},
-			endpoints:  []netip.Addr{lab.PodIPv4(1 + (i+version)%2)}}
-		b.WriteString(s.serviceYAML())
-		b.WriteString(s.slicesYAML(version))
+		s := fixture.Service{Name: fmt.Sprintf("filler-%05d", i), Namespace: "fill",
+			ClusterIPs: []netip.Addr{serviceAddr(256 + i)},
+			Ports:      []fixture.Port{{Name: "http", Protocol: "TCP", Port: 8080, Target: 80}},
+			Endpoints:  fixture.Addrs(lab.PodIPv4(1 + (i+version)%2))}
+		b.WriteString(s.ServiceYAML())
+		b.WriteString(slicesYAML(s, version))
 	}
 	return b.String()
 }

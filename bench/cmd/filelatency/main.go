@@ -15,14 +15,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nftproxy/nftproxy/bench/peers"
 	"github.com/nftproxy/nftproxy/bench/probe"
 	"github.com/nftproxy/nftproxy/bench/workload"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/fixture"
 )
 
 func main() {
@@ -59,15 +58,14 @@ func run(bin, work string, trials int, extra []string) ([]time.Duration, error) 
 		if err != nil {
 			return nil, err
 		}
-		if err := write(dir, "workload.yaml", string(b)); err != nil {
+		if err := fixture.WriteFile(dir, "workload.yaml", string(b)); err != nil {
 			return nil, err
 		}
-	} else if err := write(dir, "node.yaml", `{"kind":"Node","apiVersion":"v1","metadata":{"name":"bench-node"},`+
-		`"status":{"addresses":[{"type":"InternalIP","address":"198.18.0.1"}]}}`); err != nil {
+	} else if err := fixture.WriteFile(dir, "node.yaml", fixture.Node{Name: "bench-node", Addresses: []string{"198.18.0.1"}}.YAML()); err != nil {
 		return nil, err
 	}
 	vip := netip.MustParseAddr("198.19.250.1")
-	if err := write(dir, "probe.yaml", docs(peers.ProbeService("probe", vip, netip.MustParseAddr("198.18.15.1")))); err != nil {
+	if err := fixture.WriteFile(dir, "probe.yaml", docs(peers.ProbeService("probe", vip, netip.MustParseAddr("198.18.15.1")))); err != nil {
 		return nil, err
 	}
 	args := append([]string{bin, "run", "--manifests", dir, "--node-name", "bench-node", "--service-node-port-range", "30000-60000",
@@ -88,7 +86,7 @@ func run(bin, work string, trials int, extra []string) ([]time.Duration, error) 
 		time.Sleep(1500 * time.Millisecond) // a quiet cluster between changes
 		ip := netip.AddrFrom4([4]byte{198, 19, 251, byte(i + 1)})
 		t0 := time.Now()
-		if err := write(dir, fmt.Sprintf("new-%d.yaml", i), docs(peers.ProbeService(fmt.Sprintf("new-%d", i), ip, endpoint))); err != nil {
+		if err := fixture.WriteFile(dir, fmt.Sprintf("new-%d.yaml", i), docs(peers.ProbeService(fmt.Sprintf("new-%d", i), ip, endpoint))); err != nil {
 			return lat, err
 		}
 		d, err := topo.WaitReply(netip.AddrPortFrom(ip, 80), endpoint.String(), t0, time.Minute)
@@ -102,21 +100,5 @@ func run(bin, work string, trials int, extra []string) ([]time.Duration, error) 
 
 // docs is s's Service and EndpointSlice as JSON documents of one manifest file.
 func docs(s *model.Service) string {
-	var b strings.Builder
-	for _, d := range []struct {
-		kind, api string
-		obj       any
-	}{{"Service", "v1", workload.ServiceObject(s)}, {"EndpointSlice", "discovery.k8s.io/v1", workload.SliceObject(s, time.Now())}} {
-		_ = workload.WriteManifest(&b, d.kind, d.api, d.obj) // a strings.Builder does not fail
-	}
-	return b.String()
-}
-
-// write replaces a file at once (written under a hidden name, then renamed), as a tool would.
-func write(dir, name, content string) error {
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, name))
+	return fixture.YAML(workload.ServiceObject(s), workload.SliceObject(s, time.Now()))
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/bench/workload"
+	"github.com/nftproxy/nftproxy/test/fixture"
 )
 
 func main() {
@@ -46,16 +47,12 @@ func write(dir string, services, endpoints int, seed int64) error {
 	}
 	w := bufio.NewWriter(f)
 	wl := workload.Generate(workload.DefaultSpec(services, endpoints, seed))
-	doc := func(kind, apiVersion string, obj any) error { return workload.WriteManifest(w, kind, apiVersion, obj) }
-	if err := doc("Node", "v1", wl.NodeObject()); err != nil {
+	if err := fixture.Write(w, wl.NodeObject()); err != nil {
 		return err
 	}
 	trigger := time.Unix(1_800_000_000, 0)
 	for _, s := range wl.Services {
-		if err := doc("Service", "v1", workload.ServiceObject(s)); err != nil {
-			return err
-		}
-		if err := doc("EndpointSlice", "discovery.k8s.io/v1", workload.SliceObject(s, trigger)); err != nil {
+		if err := fixture.Write(w, workload.ServiceObject(s), workload.SliceObject(s, trigger)); err != nil {
 			return err
 		}
 	}

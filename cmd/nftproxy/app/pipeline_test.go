@@ -1,14 +1,12 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // pipelineDir holds a Node, a NodePort Service with an explicit node port, a younger one asking
@@ -62,24 +61,6 @@ ports: [{name: http, protocol: TCP, port: 80}]
 endpoints: [{addresses: [198.18.128.12]}]
 `
 
-// syncBuffer is a log sink the run source's goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The three entry points of manifest mode (run's watcher, run --once, render) build the same
 // model from one directory, node-port refusals included, and each makes those refusals visible:
 // run and run --once log them and count them in nftproxy_invalid_services_total, render prints
@@ -106,10 +87,10 @@ func TestManifestEntryPointsShareOnePipeline(t *testing.T) {
 		reg     *prometheus.Registry
 		pm      *metrics.Proxy
 		am      *metrics.AllocatorMetrics
-		log     *syncBuffer
+		log     *tier.Buffer
 	}
 	newDaemon := func() daemon {
-		d := daemon{reg: prometheus.NewRegistry(), log: &syncBuffer{}}
+		d := daemon{reg: prometheus.NewRegistry(), log: &tier.Buffer{}}
 		if d.pm, err = metrics.NewProxy(d.reg, model.AllReasons()); err != nil {
 			t.Fatal(err)
 		}
