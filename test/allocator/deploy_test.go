@@ -1,4 +1,4 @@
-package allocatorctl
+package allocator
 
 import (
 	"context"

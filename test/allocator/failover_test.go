@@ -1,7 +1,7 @@
-// Package allocatorctl is the integration tier of the node-port block controller
+// Package allocator is the integration tier of the node-port block controller
 // (allocator/controller): replicas of it run in the test process against a real kube-apiserver (test/cluster), each with its own
 // client, under the ServiceAccount and RBAC of deploy/allocator.
-package allocatorctl
+package allocator
 
 import (
 	"context"
