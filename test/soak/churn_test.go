@@ -147,6 +147,13 @@ func TestChurn(t *testing.T) {
 		report.add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
 		t.Errorf("the canary's endpoint change was never programmed")
 	}
+	// The daemon's own convergence: its last sync after the churn stopped (syncs run only on
+	// changes; the drift check's full sync is an hour away), apart from the test's render of
+	// the final manifests, which the confirmation above includes.
+	if last := after["nftproxy_last_sync_timestamp_seconds"]; last > 0 {
+		own := max(time.Unix(0, int64(last*1e9)).Sub(churnEnd), 0)
+		report.add(t, scenario, "convergence", "the daemon's last sync ended %v after the churn stopped (nftproxy_last_sync_timestamp_seconds)", own.Round(time.Millisecond))
+	}
 	report.add(t, scenario, "final state", "equal to the rendered manifests (confirmed %v after the churn stopped, rendering included)", converged.Round(time.Millisecond))
 	if diff != "" {
 		t.Errorf("final kernel state differs from the rendered final manifests: %s", diff)
