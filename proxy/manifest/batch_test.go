@@ -50,7 +50,7 @@ func TestManyDocumentsKeepOrderAndFirstError(t *testing.T) {
 func TestReloadCapFollowsCost(t *testing.T) {
 	for _, c := range []struct{ cost, want time.Duration }{
 		{0, MinReloadDelay},
-		{50 * time.Millisecond, MinReloadDelay},
+		{30 * time.Millisecond, MinReloadDelay},
 		{300 * time.Millisecond, 600 * time.Millisecond},
 		{5 * time.Second, MaxReloadDelay},
 	} {

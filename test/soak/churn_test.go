@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +137,14 @@ func TestChurn(t *testing.T) {
 	report.add(t, scenario, "syncs / failures", "%.0f / %.0f (churn and convergence)", syncs, failures)
 	report.add(t, scenario, "network programming latency", "p50 %s, p99 %s (nftproxy_network_programming_duration_seconds, %.0f observations)",
 		seconds(quantile(before, after, lat, 0.5)), seconds(quantile(before, after, lat, 0.99)), delta(before, after, lat+"_count"))
+	// Where a change's time goes: the wait for its reload (debounce, reload cap), the reload
+	// (decode the named files, assign node ports, feed the model), the sync (build, diff,
+	// commit); the programming latency above runs from the model's receipt to the commit.
+	waited, took := reloadTimes(d.out.String(), reloadsBefore)
+	report.add(t, scenario, "where a change's time goes", "reload waited p50 %s p99 %s; reload took p50 %s p99 %s (%d reloads); sync took p50 %s p99 %s",
+		pct(waited, 0.5), pct(waited, 0.99), pct(took, 0.5), pct(took, 0.99), len(took),
+		seconds(quantile(before, after, "kubeproxy_sync_proxy_rules_duration_seconds", 0.5)),
+		seconds(quantile(before, after, "kubeproxy_sync_proxy_rules_duration_seconds", 0.99)))
 	report.add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", d.peakRSS())
 	if ok {
 		during := "during the churn"
@@ -171,4 +181,44 @@ func TestChurn(t *testing.T) {
 				run.churnFor, canaryAt.Sub(start).Round(time.Millisecond))
 		}
 	})
+}
+
+var (
+	waitedRE = regexp.MustCompile(`\bwaited"?="?([0-9.]+[a-zµ]+)`)
+	tookRE   = regexp.MustCompile(`\btook"?="?([0-9.]+[a-zµ]+)`)
+)
+
+// reloadTimes reads the daemon's "Loaded manifests" lines after the first skip ones: how long
+// each reload's first change waited for it, and what it took.
+func reloadTimes(out string, skip int) (waited, took []time.Duration) {
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.Contains(l, "Loaded manifests") {
+			continue
+		}
+		if n++; n <= skip {
+			continue
+		}
+		for _, x := range []struct {
+			re  *regexp.Regexp
+			out *[]time.Duration
+		}{{waitedRE, &waited}, {tookRE, &took}} {
+			if m := x.re.FindStringSubmatch(l); m != nil {
+				if d, err := time.ParseDuration(m[1]); err == nil {
+					*x.out = append(*x.out, d)
+				}
+			}
+		}
+	}
+	return waited, took
+}
+
+// pct is quantile q of ds (nearest rank), "-" when there are none.
+func pct(ds []time.Duration, q float64) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))].Round(100 * time.Microsecond).String()
 }
