@@ -25,6 +25,7 @@ Usage:
   nftproxy run     --manifests DIR --node-name NAME [flags]   serve Services from manifest files (--once: one sync, then exit)
   nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
   nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
+  nftproxy init    [--conntrack-* flags]                      set the conntrack sysctls (kube-proxy's --init-only; needs a privileged container)
   nftproxy allocator --kubeconfig FILE [flags]                assign node-port blocks to port-range Services (cluster controller, leader-elected)
   nftproxy version                                            print the version
 
@@ -46,6 +47,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = renderCmd(rest, stdout, stderr)
 	case "cleanup":
 		err = cleanupCmd(rest, stderr)
+	case "init":
+		err = initCmd(rest, stderr)
 	case "allocator":
 		err = allocatorCmd(rest, stderr)
 	case "version", "--version", "-version":
@@ -74,10 +77,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // usageError is a mistake in the command line (exit code 2).
 type usageError struct{ error }
 
-func parseFlags(name string, o *Options, scope flagScope, args []string, stderr io.Writer) error {
+// parseFlags parses a command's flags: o's of scope, then those extra registers.
+func parseFlags(name string, o *Options, scope flagScope, args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) error {
 	fs := flag.NewFlagSet("nftproxy "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.register(fs, scope)
+	for _, r := range extra {
+		r(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of nftproxy %s:\n", name)
 		fs.PrintDefaults()
