@@ -25,6 +25,12 @@ type System struct {
 // Host is the running kernel's /proc and /sys.
 func Host() System { return System{Proc: "/proc", Sys: "/sys"} }
 
+// ConntrackLoaded reports whether the conntrack sysctls exist (nf_conntrack is loaded).
+func (s System) ConntrackLoaded() bool {
+	_, err := os.Stat(s.sysctlPath(MaxName))
+	return err == nil
+}
+
 func (s System) sysctlPath(name string) string {
 	return filepath.Join(s.Proc, "sys", "net", "netfilter", name)
 }

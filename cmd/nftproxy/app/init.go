@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/sysctl"
 )
 
@@ -63,7 +65,39 @@ func initCmd(args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q: every setting is a flag", strings.Join(fs.Args(), " "))}
 	}
-	return RunInit(newLogger(v, stderr), c, sysctl.Host())
+	log := newLogger(v, stderr)
+	if s := sysctl.Host(); !s.ConntrackLoaded() {
+		if err := loadConntrack(context.Background()); err != nil {
+			log.Error(err, "Cannot load nf_conntrack through nftables; its sysctls are missing")
+		}
+	}
+	return RunInit(log, c, sysctl.Host())
+}
+
+// loadConntrackTable is a table that exists only while init loads nf_conntrack.
+var loadConntrackTable = nft.Table{Family: nft.IPv4, Name: "nftproxy-init"}
+
+// loadConntrack makes the kernel load nf_conntrack, whose sysctls exist only once it is loaded:
+// on a fresh node nothing may have needed it yet (the daemon's own rules would, but init runs
+// first). A rule matching "ct state new" in a regular chain (no hook: it sees no packet) needs
+// it, so adding one loads the module, as nft would; the table is deleted again at once.
+func loadConntrack(ctx context.Context) error {
+	k, err := nft.NewKernel()
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer k.Close()
+	tx := nft.NewTransaction(loadConntrackTable)
+	tx.Add(&nft.TableObj{})
+	tx.Add(&nft.Chain{Name: "load"})
+	tx.Add(&nft.Rule{Chain: "load", Exprs: []nft.Expr{nft.CtState{Mask: nft.CtStateNew}}})
+	_, err = k.Apply(ctx, tx)
+	del := nft.NewTransaction(loadConntrackTable)
+	del.Delete(&nft.TableObj{})
+	if _, derr := k.Apply(ctx, del); derr != nil && !nft.IsNotFound(derr) {
+		return errors.Join(err, fmt.Errorf("delete table %s: %w", loadConntrackTable, derr))
+	}
+	return err
 }
 
 // RunInit applies c to s: init's whole work, for callers that read c from a configuration

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -58,5 +59,23 @@ func TestInitSetsConntrackSysctlsInNamespace(t *testing.T) {
 	// The host's own timeouts are untouched.
 	if b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait"); err != nil || strings.TrimSpace(string(b)) == "77" {
 		t.Errorf("host close-wait timeout %q (%v): init wrote outside its namespace", b, err)
+	}
+}
+
+// loadConntrack leaves nothing behind: its table goes in the next batch, and a second call
+// works the same. (Whether it loads the module cannot be shown here: the host has it loaded.)
+func TestLoadConntrackLeavesNoTable(t *testing.T) {
+	ns := netns.New(t, "nftp-initload")
+	for i := 0; i < 2; i++ {
+		if err := ns.Do(func() error { return loadConntrack(context.Background()) }); err != nil {
+			t.Fatalf("loadConntrack #%d: %v", i+1, err)
+		}
+	}
+	out, err := ns.Run("nft", "list", "ruleset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("ruleset after loadConntrack:\n%s\nwant empty", out)
 	}
 }
