@@ -6,12 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nftproxy/nftproxy/proxy/kubeproxy"
 	"github.com/nftproxy/nftproxy/test/cluster"
@@ -117,9 +123,11 @@ func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string)
 		t.Fatalf("kube-proxy %s left nothing to clean up; ruleset:\n%s", mode, before)
 	}
 	t.Logf("kube-proxy %s mode left %d objects (tables, chains, rules) to clean up", mode, len(left))
-	out, err := l.Node.Run("setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary, "cleanup", "--kube-proxy")
+	// The cleanup runs as deploy/migrate's DaemonSet runs it: its arguments, NET_ADMIN only.
+	args := cleanupArgs(t, "cleanup-kube-proxy.yaml")
+	out, err := l.Node.Command(append([]string{"setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("cleanup --kube-proxy: %v\n%s", err, out)
+		t.Fatalf("nftproxy %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	after, err := l.RulesetJSON()
 	if err != nil {
@@ -137,6 +145,68 @@ func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string)
 	}
 	rs, _ := l.Ruleset()
 	t.Logf("after cleanup --kube-proxy (%s mode):\n%s", mode, rs)
+}
+
+// migrateDaemonSet reads a DaemonSet of deploy/migrate.
+func migrateDaemonSet(t *testing.T, file string) *appsv1.DaemonSet {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deployDir, "migrate", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return &ds
+}
+
+// cleanupArgs returns the arguments of the cleanup initContainer of deploy/migrate's file, after
+// checking it runs the base DaemonSet's image with NET_ADMIN only.
+func cleanupArgs(t *testing.T, file string) []string {
+	t.Helper()
+	ds := migrateDaemonSet(t, file)
+	base, _ := daemonSetOf(t, buildDeploy(t))
+	ics := ds.Spec.Template.Spec.InitContainers
+	if len(ics) != 1 {
+		t.Fatalf("%s: %d initContainers, want 1", file, len(ics))
+	}
+	ic := ics[0]
+	if want := base.Spec.Template.Spec.Containers[0].Image; ic.Image != want {
+		t.Errorf("%s: image %q, want deploy/'s %q", file, ic.Image, want)
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || (sc.Privileged != nil && *sc.Privileged) {
+		t.Errorf("%s: securityContext %+v, want ALL dropped but NET_ADMIN, unprivileged", file, sc)
+	}
+	if !ds.Spec.Template.Spec.HostNetwork {
+		t.Errorf("%s: not on the host network: it would clean a pod's namespace, not the node's", file)
+	}
+	return ic.Args
+}
+
+// The migration manifests pass the API server's validation and admission.
+func TestMigrateManifestsServerSideDryRun(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	var objs []*unstructured.Unstructured
+	for _, f := range []string{"cleanup-kube-proxy.yaml", "cleanup-nftproxy.yaml"} {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(migrateDaemonSet(t, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		u.SetAPIVersion("apps/v1")
+		u.SetKind("DaemonSet")
+		objs = append(objs, u)
+	}
+	if err := apply(ctx, c.Config(), objs, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := cleanupArgs(t, "cleanup-nftproxy.yaml"); !slices.Equal(got, []string{"cleanup"}) {
+		t.Errorf("cleanup-nftproxy.yaml runs %q, want nftproxy cleanup", got)
+	}
 }
 
 // nftItem is one entry of `nft -j list ruleset`, kept as raw JSON to re-encode untouched.
