@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -114,9 +115,17 @@ func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string)
 		t.Logf("kube-proxy exit: %v", err)
 	}
 
-	before, err := l.RulesetJSON()
+	// kube-proxy has exited, but a child it started (iptables-restore) may still be writing:
+	// the ruleset is read until two reads half a second apart agree.
+	var before []byte
+	err = tier.Poll(ctx, waitBound, 500*time.Millisecond, func() (bool, error) {
+		cur, err := l.RulesetJSON()
+		settled := err == nil && bytes.Equal(cur, before)
+		before = cur
+		return settled, err
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ruleset after kube-proxy stopped: %v", err)
 	}
 	left := kubeProxyObjects(t, before)
 	if len(left) == 0 {
