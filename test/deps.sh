@@ -7,6 +7,8 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
+# kube-proxy's iptables mode in the migration test (test/k8s) runs iptables-nft (Debian's default).
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
 # promtool lints the metrics exposition and the dashboard queries (metrics tests).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ "${#need[@]}" -eq 0 ] && exit 0

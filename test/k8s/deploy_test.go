@@ -124,6 +124,16 @@ func TestDeployServerSideDryRun(t *testing.T) {
 // ConfigMap. It fails on a reference it cannot resolve, as a pod would not start.
 func daemonArgs(t *testing.T, objs []*unstructured.Unstructured, nodeName string) []string {
 	t.Helper()
+	ds, cm := daemonSetOf(t, objs)
+	if len(ds.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("DaemonSet: got %d containers, want 1", len(ds.Spec.Template.Spec.Containers))
+	}
+	return containerArgs(t, ds.Spec.Template.Spec.Containers[0], cm, nodeName)
+}
+
+// daemonSetOf returns the DaemonSet and the ConfigMap of the build.
+func daemonSetOf(t *testing.T, objs []*unstructured.Unstructured) (appsv1.DaemonSet, corev1.ConfigMap) {
+	t.Helper()
 	var ds appsv1.DaemonSet
 	var cm corev1.ConfigMap
 	for _, o := range objs {
@@ -138,10 +148,13 @@ func daemonArgs(t *testing.T, objs []*unstructured.Unstructured, nodeName string
 			t.Fatalf("%s: %v", o.GetKind(), err)
 		}
 	}
-	if len(ds.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("DaemonSet: got %d containers, want 1", len(ds.Spec.Template.Spec.Containers))
-	}
-	ctr := ds.Spec.Template.Spec.Containers[0]
+	return ds, cm
+}
+
+// containerArgs returns ctr's arguments with $(VAR) expanded as the kubelet would (see
+// daemonArgs).
+func containerArgs(t *testing.T, ctr corev1.Container, cm corev1.ConfigMap, nodeName string) []string {
+	t.Helper()
 	env := map[string]string{}
 	for _, e := range ctr.Env {
 		switch {

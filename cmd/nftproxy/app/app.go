@@ -25,6 +25,8 @@ Usage:
   nftproxy run     --manifests DIR --node-name NAME [flags]   serve Services from manifest files (--once: one sync, then exit)
   nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
   nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
+  nftproxy cleanup --kube-proxy                               delete kube-proxy's nftables tables and iptables-nft KUBE-* chains, nothing else
+  nftproxy init    [--conntrack-* flags]                      set the conntrack sysctls (kube-proxy's --init-only; needs a privileged container)
   nftproxy allocator --kubeconfig FILE [flags]                assign node-port blocks to port-range Services (cluster controller, leader-elected)
   nftproxy version                                            print the version
 
@@ -46,6 +48,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = renderCmd(rest, stdout, stderr)
 	case "cleanup":
 		err = cleanupCmd(rest, stderr)
+	case "init":
+		err = initCmd(rest, stderr)
 	case "allocator":
 		err = allocatorCmd(rest, stderr)
 	case "version", "--version", "-version":
@@ -74,10 +78,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // usageError is a mistake in the command line (exit code 2).
 type usageError struct{ error }
 
-func parseFlags(name string, o *Options, scope flagScope, args []string, stderr io.Writer) error {
+// parseFlags parses a command's flags: o's of scope, then those extra registers.
+func parseFlags(name string, o *Options, scope flagScope, args []string, stderr io.Writer, extra ...func(*flag.FlagSet)) error {
 	fs := flag.NewFlagSet("nftproxy "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.register(fs, scope)
+	for _, r := range extra {
+		r(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage of nftproxy %s:\n", name)
 		fs.PrintDefaults()
@@ -100,7 +108,10 @@ func newLogger(v int, w io.Writer) logr.Logger {
 
 func cleanupCmd(args []string, stderr io.Writer) error {
 	var o Options
-	if err := parseFlags("cleanup", &o, cleanupFlags, args, stderr); err != nil {
+	var kubeProxy bool
+	if err := parseFlags("cleanup", &o, cleanupFlags, args, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&kubeProxy, "kube-proxy", false, "instead of nftproxy's tables, delete kube-proxy's: its nftables tables (ip and ip6 kube-proxy) and, in the iptables-nft tables filter, nat and mangle, its KUBE-* chains and the rules jumping to them (kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT stay)")
+	}); err != nil {
 		return err
 	}
 	log := newLogger(o.Verbosity, stderr)
@@ -110,6 +121,9 @@ func cleanupCmd(args []string, stderr io.Writer) error {
 	}
 	defer k.Close()
 	ctx := context.Background()
+	if kubeProxy {
+		return cleanupKubeProxy(ctx, log, k)
+	}
 	tx := nft.NewTransaction(nft.Table{})
 	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
 		names, err := k.ListTables(ctx, fam)

@@ -50,7 +50,7 @@ func TestMinSyncPeriodFlag(t *testing.T) {
 	}
 }
 
-// TestCleanupFlags: cleanup offers only the flags it reads (--table, -v); a flag of run or render
+// TestCleanupFlags: cleanup offers only the flags it reads (--kube-proxy, --table, -v); a flag of run or render
 // is a usage error, not silently ignored.
 func TestCleanupFlags(t *testing.T) {
 	var help bytes.Buffer
@@ -63,7 +63,7 @@ func TestCleanupFlags(t *testing.T) {
 			got = append(got, strings.Fields(f)[0])
 		}
 	}
-	if want := []string{"table", "v"}; !slices.Equal(got, want) {
+	if want := []string{"kube-proxy", "table", "v"}; !slices.Equal(got, want) {
 		t.Errorf("cleanup -h lists %q, want %q:\n%s", got, want, help.String())
 	}
 	var stderr bytes.Buffer
