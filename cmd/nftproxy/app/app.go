@@ -24,6 +24,7 @@ const usage = `nftproxy: a Kubernetes service proxy that programs nftables direc
 Usage:
   nftproxy run     --manifests DIR --node-name NAME [flags]   serve Services from manifest files (--once: one sync, then exit)
   nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
+  nftproxy explain NAMESPACE/NAME | [--from SRC] DST:PORT/PROTO   what this node's kernel does with a Service or a packet, and why
   nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
   nftproxy allocator --kubeconfig FILE [flags]                assign node-port blocks to port-range Services (cluster controller, leader-elected)
   nftproxy version                                            print the version
@@ -44,6 +45,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(rest, stdout, stderr)
 	case "render":
 		err = renderCmd(rest, stdout, stderr)
+	case "explain":
+		err = explainCmd(rest, stdout, stderr)
 	case "cleanup":
 		err = cleanupCmd(rest, stderr)
 	case "allocator":

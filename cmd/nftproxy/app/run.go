@@ -27,6 +27,7 @@ import (
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
+	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/health"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
@@ -65,7 +66,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	// rescan, once the source exists, sends Events for rejections the informers did not see
 	// (a Service the kernel refused); set before anything runs.
 	var rescan func()
-	tracker := newTracker(&o, guard, log, pm, func() {
+	status := explain.NewStatus() // what `nftproxy explain` reads at /rejections
+	tracker := newTracker(&o, guard, log, pm, status, func() {
 		if rescan != nil {
 			rescan()
 		}
@@ -169,7 +171,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	servers, err := serve(log, &o, hs, reg)
+	servers, err := serve(log, &o, hs, reg, status)
 	if err != nil {
 		return err
 	}
@@ -283,10 +285,15 @@ func watchNodeAddresses(ctx context.Context, log logr.Logger, tracker *model.Tra
 	}
 }
 
-func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metrics.Proxy, rejected func()) *model.Tracker {
+// newTracker builds the daemon's model; every rejection is logged, counted in pm and recorded in
+// status (each may be nil).
+func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metrics.Proxy, status *explain.Status, rejected func()) *model.Tracker {
 	return model.NewTracker(model.TrackerConfig{
 		NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log.WithName("model"), Guard: guard,
 		OnRejection: func(key model.ServiceKey, r *model.Rejection) {
+			if status != nil {
+				status.Set(key, r)
+			}
 			if r == nil {
 				log.Info("service accepted again", "service", key.String())
 				return
@@ -304,8 +311,10 @@ func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metric
 	})
 }
 
-// serve starts the health and metrics listeners; the returned function stops them.
-func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry) (func(), error) {
+// serve starts the health and metrics listeners; the returned function stops them. The metrics
+// listener also serves the rejections (status) that `nftproxy explain` reads: it binds to the
+// node itself by default, not to the network.
+func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry, status http.Handler) (func(), error) {
 	var srvs []*http.Server
 	start := func(addr string, h http.Handler, what string) error {
 		if addr == "" {
@@ -335,8 +344,10 @@ func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Regist
 	hs.Register(hmux)
 	mmux := http.NewServeMux()
 	mmux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mmux.Handle(explain.RejectionsPath, status)
 	if o.HealthzAddress != "" && o.HealthzAddress == o.MetricsAddress {
 		hmux.Handle("/metrics", mmux)
+		hmux.Handle(explain.RejectionsPath, mmux)
 		if err := start(o.HealthzAddress, hmux, "health and metrics"); err != nil {
 			return nil, err
 		}
