@@ -394,7 +394,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 				rejected = append(rejected, rej{k, r})
 			}
 		}})
-	a, err := newAssigner(&o, log, nil)
+	a, err := newRenderAssigner(&o, log)
 	if err != nil {
 		return err
 	}
