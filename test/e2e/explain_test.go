@@ -22,7 +22,7 @@ func explainServices() []fixture.Service {
 	http := []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}}
 	no := false
 	return []fixture.Service{
-		{Name: "web", ClusterIPs: []netip.Addr{lab.ClusterIPv4(40)}, Ports: http, Endpoints: fixture.Pods(1, 2, 3)},
+		{Name: "web", ClusterIPs: []netip.Addr{lab.ClusterIPv4(40), lab.ClusterIPv6(40)}, Ports: http, Endpoints: fixture.Pods(1, 2, 3)},
 		{Name: "np", Type: "NodePort", ClusterIPs: []netip.Addr{lab.ClusterIPv4(41)},
 			Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080, NodePort: explainNodePort}}, Endpoints: fixture.Pods(1)},
 		{Name: "lb", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(42)}, Ports: http, AllocateNodePorts: &no,
@@ -66,12 +66,15 @@ func TestExplain(t *testing.T) {
 	e.flags = []string{"--metrics-bind-address", "127.0.0.1:10249"}
 	e.start(svcs[:4]...)
 
-	t.Run("ClusterIP: its endpoints, a third each", func(t *testing.T) {
+	t.Run("ClusterIP: its endpoints, a third each, in both families", func(t *testing.T) {
 		out := e.explain("default/web")
-		has(t, "explain default/web", out, "service port: default/web/tcp/http (ClusterIP)", "verdict: accepted: DNATed to an endpoint")
+		has(t, "explain default/web", out, "service port: default/web/tcp/http (ClusterIP)", "verdict: accepted: DNATed to an endpoint",
+			"-> "+lab.ClusterIPv4(40).String()+":80, table ip nftproxy", "-> ["+lab.ClusterIPv6(40).String()+"]:80, table ip6 nftproxy")
 		for _, n := range []int{1, 2, 3} {
-			if !regexp.MustCompile(regexp.QuoteMeta(lab.PodIPv4(n).String()+":8080") + ` +33\.3%`).MatchString(out) {
-				t.Errorf("explain default/web: pod-%d not listed with 33.3%%:\n%s", n, out)
+			for _, ep := range []string{lab.PodIPv4(n).String() + ":8080", "[" + lab.PodIPv6(n).String() + "]:8080"} {
+				if !regexp.MustCompile(regexp.QuoteMeta(ep) + ` +33\.3%`).MatchString(out) {
+					t.Errorf("explain default/web: %s not listed with 33.3%%:\n%s", ep, out)
+				}
 			}
 		}
 	})
