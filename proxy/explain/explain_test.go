@@ -149,12 +149,12 @@ func TestService(t *testing.T) {
 	n := testNode(t)
 	var b bytes.Buffer
 	s := n.Service("default/np", netip.Addr{})
-	if len(s.Frontends) != 2 || s.Rejection != nil {
-		t.Fatalf("np: %d frontends (want the ClusterIP and the node port), rejection %v", len(s.Frontends), s.Rejection)
+	if len(s.Frontends) != 2 || len(s.Rejections) != 0 {
+		t.Fatalf("np: %d frontends (want the ClusterIP and the node port), rejections %v", len(s.Frontends), s.Rejections)
 	}
 	s = n.Service("default/bad", netip.Addr{})
 	n.WriteService(&b, s)
-	if s.Rejection == nil || len(s.Frontends) != 0 || !strings.Contains(b.String(), "not programmed: rejected (AnnotationSyntax): nftproxy.io/port-ranges: bad") {
+	if len(s.Rejections) != 1 || len(s.Frontends) != 0 || !strings.Contains(b.String(), "not programmed: rejected (AnnotationSyntax): nftproxy.io/port-ranges: bad") {
 		t.Fatalf("bad: %+v\n%s", s, b.String())
 	}
 	n.RejectionsErr, n.Rejections = errors.New("connection refused"), nil

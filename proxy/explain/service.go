@@ -27,8 +27,8 @@ type ServiceAnswer struct {
 	// Frontends are one Answer per frontend the kernel holds (a ClusterIP port, a node port on
 	// the first node-port address, a LoadBalancer IP, ...), in table order.
 	Frontends []Answer
-	// Rejection is the daemon's reason for not programming the Service (or part of it).
-	Rejection *Rejection
+	// Rejections are the daemon's reasons for not programming the Service, or part of it.
+	Rejections []Rejection
 	// RejectionsErr is why the daemon's rejections could not be read.
 	RejectionsErr error
 }
@@ -37,9 +37,9 @@ type ServiceAnswer struct {
 // each traced from src (invalid: a client outside the cluster), and looks up its rejection.
 func (n *Node) Service(key string, src netip.Addr) ServiceAnswer {
 	out := ServiceAnswer{Service: key, RejectionsErr: n.RejectionsErr}
-	for i := range n.Rejections {
-		if n.Rejections[i].Service == key {
-			out.Rejection = &n.Rejections[i]
+	for _, r := range n.Rejections {
+		if r.Service == key {
+			out.Rejections = append(out.Rejections, r)
 		}
 	}
 	seen := map[string]bool{}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/nodeport"
 )
 
 // RejectionsPath is where the daemon serves its current rejections, on its metrics listener
@@ -40,10 +41,26 @@ type rejectionsDoc struct {
 type Status struct {
 	mu sync.Mutex
 	m  map[string]Rejection
+	// nodePorts are manifest mode's node ports not assigned (each Service served without
+	// them), replaced as a whole after each load.
+	nodePorts []Rejection
 }
 
 // NewStatus returns an empty Status.
 func NewStatus() *Status { return &Status{m: map[string]Rejection{}} }
+
+// SetNodePortProblems replaces the node ports and blocks manifest mode could not assign (the
+// pipeline's Result.Problems of the last load): each is a partial rejection of its Service,
+// reason NodePortNotAssigned.
+func (s *Status) SetNodePortProblems(probs []nodeport.Problem) {
+	out := make([]Rejection, 0, len(probs))
+	for _, p := range probs {
+		out = append(out, Rejection{Service: p.Service, Reason: model.ReasonNodePortNotAssigned, Message: p.Error(), Partial: true})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodePorts = out
+}
 
 // Set records the rejection of a Service, or forgets it when r is nil: the Tracker's
 // OnRejection.
@@ -57,15 +74,17 @@ func (s *Status) Set(key model.ServiceKey, r *model.Rejection) {
 	s.m[key.String()] = Rejection{Service: key.String(), Reason: r.Reason, Message: r.Message, Partial: r.Partial}
 }
 
-// List returns the current rejections sorted by Service.
+// List returns the current rejections sorted by Service (a Service may have several: its
+// rejection and node ports not assigned).
 func (s *Status) List() []Rejection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Rejection, 0, len(s.m))
+	out := make([]Rejection, 0, len(s.m)+len(s.nodePorts))
 	for _, r := range s.m {
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Service < out[j].Service })
+	out = append(out, s.nodePorts...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Service < out[j].Service })
 	return out
 }
 

@@ -75,18 +75,18 @@ func (n *Node) WriteAnswer(w io.Writer, a Answer, indent string) {
 // WriteService writes a ServiceAnswer: the text of `nftproxy explain NAMESPACE/NAME`.
 func (n *Node) WriteService(w io.Writer, s ServiceAnswer) {
 	fmt.Fprintf(w, "Service %s\n", s.Service)
-	if r := s.Rejection; r != nil {
+	for _, r := range s.Rejections {
 		what := "not programmed: rejected"
 		if r.Partial {
 			what = "programmed in part: the rest is rejected"
 		}
 		fmt.Fprintf(w, "  %s (%s): %s\n", what, r.Reason, r.Message)
 	}
-	if len(s.Frontends) == 0 && s.Rejection == nil {
+	if len(s.Frontends) == 0 && len(s.Rejections) == 0 {
 		fmt.Fprintf(w, "  nothing in the kernel's nftproxy tables, and the daemon reports no rejection of it: it does not exist, "+
 			"is not handled here (headless, ExternalName, another service-proxy-name, a port-less Service), or is not synced yet\n")
 	}
-	if s.RejectionsErr != nil && s.Rejection == nil {
+	if s.RejectionsErr != nil {
 		fmt.Fprintf(w, "  the daemon's rejections could not be read (%v): a reason it was not programmed cannot be told\n", s.RejectionsErr)
 	}
 	for _, a := range s.Frontends {

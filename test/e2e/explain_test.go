@@ -17,7 +17,8 @@ const explainNodePort = 30531
 
 // explainServices are one Service per question explain answers: a ClusterIP with three
 // endpoints, a NodePort, a LoadBalancer IP open to client-1's link only, a Service without
-// endpoints, and one the daemon rejects (its range ends before it starts).
+// endpoints, one the daemon rejects (its range ends before it starts), and np2, which asks for
+// np's node port and is served without it.
 func explainServices() []fixture.Service {
 	http := []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080}}
 	no := false
@@ -27,6 +28,8 @@ func explainServices() []fixture.Service {
 			Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080, NodePort: explainNodePort}}, Endpoints: fixture.Pods(1)},
 		{Name: "lb", Type: "LoadBalancer", ClusterIPs: []netip.Addr{lab.ClusterIPv4(42)}, Ports: http, AllocateNodePorts: &no,
 			LoadBalancerIPs: []netip.Addr{lab.LoadBalancerIPv4(40)}, SourceRanges: []string{"198.18.1.0/24"}, Endpoints: fixture.Pods(2)},
+		{Name: "np2", Type: "NodePort", ClusterIPs: []netip.Addr{lab.ClusterIPv4(45)},
+			Ports: []fixture.Port{{Name: "http", Protocol: "TCP", Port: 80, Target: 8080, NodePort: explainNodePort}}, Endpoints: fixture.Pods(1)},
 		{Name: "empty", ClusterIPs: []netip.Addr{lab.ClusterIPv4(43)}, Ports: http},
 		{Name: "bad", ClusterIPs: []netip.Addr{lab.ClusterIPv4(44)}, Ports: []fixture.Port{{Name: "rtp", Protocol: "UDP", Port: 5000}},
 			Annotations: map[string]string{"nftproxy.io/port-ranges": "rtp=5000-4000"}, Endpoints: fixture.Pods(1)},
@@ -58,13 +61,14 @@ func has(t *testing.T, what, out string, want ...string) {
 // tables, and what it says is what packets do: the ClusterIP's endpoints each take a third, the
 // NodePort is masqueraded, the source range lets client-1 in and drops client-2 (both proven by
 // a connection), a Service without endpoints is rejected, and the rejected Service is named with
-// the daemon's reason (read from its /rejections).
+// the daemon's reason (read from its /rejections), and so is a Service served without the node
+// port it asked for.
 func TestExplain(t *testing.T) {
 	t.Parallel()
 	svcs := explainServices()
 	e := newEnv(t, lab.Options{Pods: 3, Clients: 2, Ports: []lab.PortSpec{lab.Port(8080)}}, svcs...)
 	e.flags = []string{"--metrics-bind-address", "127.0.0.1:10249"}
-	e.start(svcs[:4]...)
+	e.start(svcs[:5]...)
 
 	t.Run("ClusterIP: its endpoints, a third each, in both families", func(t *testing.T) {
 		out := e.explain("default/web")
@@ -109,6 +113,12 @@ func TestExplain(t *testing.T) {
 	t.Run("rejected Service: named with the daemon's reason", func(t *testing.T) {
 		out := e.explain("default/bad")
 		has(t, "explain default/bad", out, "not programmed: rejected ("+model.ReasonRangeEndBeforeStart+")")
+		part := e.explain("default/np2")
+		has(t, "explain default/np2", part, "programmed in part: the rest is rejected ("+model.ReasonNodePortNotAssigned+")",
+			"service port: default/np2/tcp/http (ClusterIP)")
+		if strings.Contains(part, "(node port)") {
+			t.Errorf("explain default/np2 shows a node port; np holds it:\n%s", part)
+		}
 		to := e.explain(lab.ClusterIPv4(44).String() + ":5000/udp")
 		has(t, "explain the rejected Service's address", to, "service port: none",
 			"default/bad ("+model.ReasonRangeEndBeforeStart+")")

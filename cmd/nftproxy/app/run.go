@@ -124,6 +124,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if r, ok := src.(interface{ Rescan() }); ok {
 		rescan = r.Rescan
 	}
+	if ms, ok := src.(*manifestSource); ok {
+		ms.status = status
+	}
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	rc := o.runConfig()
