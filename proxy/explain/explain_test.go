@@ -64,6 +64,9 @@ func testNode(t *testing.T) *Node {
 			sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("198.18.5.0/24")}
 		}),
 		svc(port("default", "empty", "http", 80), func(sp *model.ServicePort) { sp.ClusterIPs = []netip.Addr{a("198.19.0.13")} }),
+		svc(port("default", "any", "", 0, "198.18.128.15"), func(sp *model.ServicePort) {
+			sp.AllPorts, sp.TargetPort, sp.ClusterIPs, sp.Endpoints[0].Port = true, 0, []netip.Addr{a("198.19.0.14")}, 0
+		}),
 	}
 	rs := b.Ruleset(&model.Node{Name: "node-a", Addresses: []netip.Addr{nodeIP}}, services)
 	return &Node{Tables: []*nft.Ruleset{rs}, Addrs: []netip.Addr{nodeIP},
@@ -148,6 +151,12 @@ func TestExplain(t *testing.T) {
 func TestService(t *testing.T) {
 	n := testNode(t)
 	var b bytes.Buffer
+	n.WriteService(&b, n.Service("default/any", pod))
+	if out := b.String(); !strings.Contains(out, "(ClusterIP, all-ports; every port of the protocol goes the same way)") ||
+		!strings.Contains(out, "100.0% (on the packet's own port)") {
+		t.Fatalf("all-ports Service:\n%s", out)
+	}
+	b.Reset()
 	s := n.Service("default/np", netip.Addr{})
 	if len(s.Frontends) != 2 || len(s.Rejections) != 0 {
 		t.Fatalf("np: %d frontends (want the ClusterIP and the node port), rejections %v", len(s.Frontends), s.Rejections)
@@ -181,5 +190,16 @@ func TestParseDestination(t *testing.T) {
 		if _, _, _, err := ParseDestination(bad); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
+	}
+}
+
+// A node port the kernel holds with no node address to reach it on (no Node object) is noted,
+// not silently left out.
+func TestServiceNodePortWithoutAddress(t *testing.T) {
+	n := testNode(t)
+	n.Tables[0].Elements[ruleset.SetNodePortIPs] = nil
+	s := n.Service("default/np", netip.Addr{})
+	if len(s.Frontends) != 1 || len(s.Notes) != 1 || !strings.Contains(s.Notes[0], "node port tcp/30080 (ip): no ip node address accepts node ports") {
+		t.Fatalf("frontends %d, notes %q; want the ClusterIP traced and the node port noted", len(s.Frontends), s.Notes)
 	}
 }

@@ -31,6 +31,9 @@ type ServiceAnswer struct {
 	Rejections []Rejection
 	// RejectionsErr is why the daemon's rejections could not be read.
 	RejectionsErr error
+	// Notes are frontends the kernel holds but explain could not trace (a node port with no
+	// node address to reach it on).
+	Notes []string
 }
 
 // Service explains every frontend of the Service key ("namespace/name") that the kernel holds,
@@ -51,6 +54,10 @@ func (n *Node) Service(key string, src netip.Addr) ServiceAnswer {
 				}
 				dst, proto, port, ok := frontendOf(rs, m, e)
 				if !ok {
+					if (m == ruleset.MapNodePorts || m == ruleset.MapNoEndpointNodePorts) && len(e.Key) == 2 {
+						out.Notes = append(out.Notes, fmt.Sprintf("node port %s/%d (%s): no %s node address accepts node ports (no Node object, or --nodeport-addresses matches none of its addresses)",
+							protoName(uint8(e.Key[0].Num)), e.Key[1].Num, rs.Table.Family, rs.Table.Family))
+					}
 					continue
 				}
 				id := fmt.Sprintf("%s %s %d", dst, protoName(proto), port)

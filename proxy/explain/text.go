@@ -3,6 +3,7 @@ package explain
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 
 	"github.com/nftproxy/nftproxy/nft/trace"
@@ -47,7 +48,11 @@ func (n *Node) WriteAnswer(w io.Writer, a Answer, indent string) {
 		}
 	}
 	if a.Port != "" {
-		fmt.Fprintf(w, "%sservice port: %s (%s)\n", in, a.Port, a.Frontend)
+		every := ""
+		if strings.HasSuffix(a.Frontend, "all-ports") {
+			every = "; every port of the protocol goes the same way"
+		}
+		fmt.Fprintf(w, "%sservice port: %s (%s%s)\n", in, a.Port, a.Frontend, every)
 	} else {
 		fmt.Fprintf(w, "%sservice port: none: no Service of nftproxy's has this address and port\n", in)
 	}
@@ -56,7 +61,11 @@ func (n *Node) WriteAnswer(w io.Writer, a Answer, indent string) {
 	if len(a.Spread) > 0 {
 		fmt.Fprintf(w, "%sendpoints (share of new connections):\n", in)
 		for _, d := range sortedSpread(a.Spread) {
-			fmt.Fprintf(w, "%s  %-40s %5.1f%%\n", in, d, 100*a.Spread[d])
+			kept := ""
+			if _, err := netip.ParseAddr(d); err == nil {
+				kept = " (on the packet's own port)"
+			}
+			fmt.Fprintf(w, "%s  %-40s %5.1f%%%s\n", in, d, 100*a.Spread[d], kept)
 		}
 	}
 	if a.Outcome.Masquerade {
@@ -88,6 +97,9 @@ func (n *Node) WriteService(w io.Writer, s ServiceAnswer) {
 	}
 	if s.RejectionsErr != nil {
 		fmt.Fprintf(w, "  the daemon's rejections could not be read (%v): a reason it was not programmed cannot be told\n", s.RejectionsErr)
+	}
+	for _, note := range s.Notes {
+		fmt.Fprintf(w, "  %s\n", note)
 	}
 	for _, a := range s.Frontends {
 		n.WriteAnswer(w, a, "  ")
