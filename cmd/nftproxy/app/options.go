@@ -148,7 +148,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
 	fs.BoolVar(&o.DriftEvents, "drift-events", true, "watch nftables events and repair another process's changes to our tables (nft flush ruleset, a deleted element) at once, not only at the next --full-sync-period; changes to other tables are ignored")
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
-	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics; empty disables it")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
 	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
 }
 
