@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -383,29 +382,11 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	log := newLogger(o.Verbosity, stderr)
-	type rej struct {
-		key model.ServiceKey
-		r   *model.Rejection
-	}
-	var rejected []rej
-	// render may run anywhere, so the guard knows the node's addresses from its Node manifest
-	// only, not from the kernel of the machine it runs on.
-	tracker := model.NewTracker(model.TrackerConfig{NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log, Guard: guard,
-		OnRejection: func(k model.ServiceKey, r *model.Rejection) {
-			if r != nil {
-				rejected = append(rejected, rej{k, r})
-			}
-		}})
-	a, err := newRenderAssigner(&o, log)
+	m, err := renderModel(&o, builders, guard, newLogger(o.Verbosity, stderr))
 	if err != nil {
 		return err
 	}
-	res, err := newPipeline(&o, log, a, tracker, nil).Load()
-	if err != nil {
-		return err
-	}
-	snap := tracker.Snapshot()
+	res := m.res
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# nftproxy %s: the ruleset for %s (node %q)\n", Version, o.Manifests, o.NodeName)
@@ -415,8 +396,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	for _, e := range res.Objects.Invalid {
 		fmt.Fprintf(&sb, "# left out: %s\n", oneLine(e.Error()))
 	}
-	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
-	for _, r := range rejected {
+	for _, r := range m.rejected {
 		what := "rejected service"
 		if r.r.Partial {
 			what = "service rejected in part (the rest is programmed)"
@@ -426,11 +406,10 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	for _, p := range res.Problems {
 		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))
 	}
-	if snap.Node == nil {
+	if m.node == nil {
 		fmt.Fprintf(&sb, "# no Node object named %q: node ports are served on no address\n", o.NodeName)
 	}
-	for _, b := range builders {
-		rs := b.Ruleset(snap.Node, snap.Sorted())
+	for _, rs := range m.tables {
 		sb.WriteString(nft.Render(nft.Canonical(rs)))
 	}
 	_, err = io.WriteString(stdout, sb.String())
