@@ -8,7 +8,8 @@
 // so its reason comes from the daemon's rejections (Status, served at RejectionsPath).
 //
 // It knows how nftproxy names its maps and chains (proxy/ruleset) to word the answer; the
-// verdicts and probabilities come from the tracer alone.
+// verdicts and probabilities come from the tracer alone. A Node can as well hold the tables
+// render builds (`explain --manifests`): the same answer about what run would apply.
 package explain
 
 import (

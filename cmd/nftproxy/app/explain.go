@@ -14,11 +14,11 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
-	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 const explainUsage = `Usage: nftproxy explain [flags] NAMESPACE/NAME
        nftproxy explain [flags] [--from SRC] DST:PORT/PROTO
+       nftproxy explain --manifests DIR --node-name NAME [render's flags] NAMESPACE/NAME | DST:PORT/PROTO
 
 Reads nftproxy's tables from this node's kernel (not what the daemon means to program) and
 says, for a Service's every frontend or for one destination: which Service port, which chains,
@@ -27,19 +27,24 @@ reject on the way with the rule that decided it. A Service the daemon did not pr
 with its reason, read from the daemon's rejections (--rejections-url). Run it where the daemon
 runs (kubectl exec into the nftproxy pod); it needs CAP_NET_ADMIN to read the tables.
 
+With --manifests it explains instead the tables render prints for those manifests (what run
+would apply; the flags are render's), without a kernel: the node's addresses are its Node
+manifest's, the rejections render's.
+
 Flags:
 `
 
-// explainOptions are the flags of explain.
+// explainOptions are the flags of explain: its own, and render's (used with --manifests).
 type explainOptions struct {
-	table, from, rejectionsURL string
+	from, rejectionsURL string
+	render              Options
 }
 
 func explainCmd(args []string, stdout, stderr io.Writer) error {
 	var o explainOptions
 	fs := flag.NewFlagSet("nftproxy explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.table, "table", ruleset.DefaultTable, "name of nftproxy's table in each family")
+	o.render.register(fs, renderFlags)
 	fs.StringVar(&o.from, "from", "", "source address of the packet; one of the node's own addresses means the node itself; default: a client outside the cluster (203.0.113.1 or 2001:db8::1)")
 	fs.StringVar(&o.rejectionsURL, "rejections-url", "http://127.0.0.1:10249"+explain.RejectionsPath, "where the daemon serves the Services it did not program (its --metrics-bind-address); empty: do not ask")
 	fs.Usage = func() {
@@ -90,9 +95,27 @@ func explainCmd(args []string, stdout, stderr io.Writer) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	node, err := readNode(ctx, &o)
-	if err != nil {
-		return err
+	var node *explain.Node
+	if o.render.Manifests != "" {
+		builders, err := o.render.builders()
+		if err != nil {
+			return usageError{err}
+		}
+		guard, err := o.render.guard()
+		if err != nil {
+			return usageError{err}
+		}
+		m, err := renderModel(&o.render, builders, guard, newLogger(o.render.Verbosity, stderr))
+		if err != nil {
+			return err
+		}
+		node = m.explainNode()
+		fmt.Fprintf(stdout, "# the ruleset render prints for %s (node %q), not this machine's kernel\n", o.render.Manifests, o.render.NodeName)
+	} else {
+		var err error
+		if node, err = readNode(ctx, &o); err != nil {
+			return err
+		}
 	}
 	if isDst {
 		node.WriteAnswer(stdout, node.Explain(node.Packet(src, dst, proto, port)), "")
@@ -110,12 +133,12 @@ func readNode(ctx context.Context, o *explainOptions) (*explain.Node, error) {
 		return nil, fmt.Errorf("open netlink: %w (explain reads the kernel's tables: it needs CAP_NET_ADMIN; run it in the nftproxy pod)", err)
 	}
 	defer k.Close()
-	tables, err := explain.ReadTables(ctx, k, o.table)
+	tables, err := explain.ReadTables(ctx, k, o.render.Table)
 	if err != nil {
 		return nil, err
 	}
 	if len(tables) == 0 {
-		return nil, fmt.Errorf("the kernel holds no table named %q in ip or ip6: nftproxy has not programmed this network namespace (run explain where the daemon runs, e.g. kubectl exec into its pod)", o.table)
+		return nil, fmt.Errorf("the kernel holds no table named %q in ip or ip6: nftproxy has not programmed this network namespace (run explain where the daemon runs, e.g. kubectl exec into its pod, or give --manifests to explain what render prints)", o.render.Table)
 	}
 	addrs, err := nodeaddr.List(nil)
 	if err != nil {
