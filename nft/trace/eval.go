@@ -321,11 +321,20 @@ func (tr *Tracer) dnatNumgen(x nft.DNATNumgen, st *state) nft.Verdict {
 // slotCount is the number of elements of set whose key starts with front (the slots of one
 // frontend in an endpoint map).
 func (tr *Tracer) slotCount(set string, front []nft.Value) int {
-	n, want := 0, keyText(front)
+	n := 0
+elements:
 	for _, e := range tr.rs.Elements[set] {
-		if len(e.Key) == len(front)+1 && keyText(e.Key[:len(front)]) == want {
-			n++
+		if len(e.Key) != len(front)+1 {
+			continue
 		}
+		// Compared field by field, not as text: a table read back from a node at 10k Services
+		// holds 100k endpoint slots, and explain counts them for every numgen branch.
+		for i, v := range front {
+			if e.Key[i].Type != v.Type || cmpValue(e.Key[i], v) != 0 {
+				continue elements
+			}
+		}
+		n++
 	}
 	return n
 }
