@@ -215,8 +215,13 @@ func (a *Answer) read(rs *nft.Ruleset) {
 			a.Reasons = append(a.Reasons, "dropped by "+stepWords(s))
 		}
 	}
-	if m := a.Outcome.Masquerade; m && len(a.Masquerade) == 0 {
-		a.Masquerade = append(a.Masquerade, "the masquerading rules of nat-postrouting")
+	if a.Outcome.Masquerade && len(a.Masquerade) == 0 {
+		// Not asked for by a mark (the hairpin rule): name the rule that masqueraded.
+		for _, s := range a.Steps {
+			if has(s.Did, "masquerade") {
+				a.Masquerade = append(a.Masquerade, stepWords(s))
+			}
+		}
 	}
 }
 

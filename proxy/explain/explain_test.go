@@ -203,3 +203,13 @@ func TestServiceNodePortWithoutAddress(t *testing.T) {
 		t.Fatalf("frontends %d, notes %q; want the ClusterIP traced and the node port noted", len(s.Frontends), s.Notes)
 	}
 }
+
+// A pod reaching itself through a Service is masqueraded by the hairpin rule, with no mark:
+// that rule is named.
+func TestHairpinMasqueradeNamed(t *testing.T) {
+	n := testNode(t)
+	ans := tcp(n, a("198.18.128.13"), "198.19.0.11", 80) // np's only endpoint
+	if !ans.Outcome.Masquerade || len(ans.Masquerade) != 1 || !strings.Contains(ans.Masquerade[0], "hairpin") {
+		t.Fatalf("masquerade %v %q, want the hairpin rule named\n%s", ans.Outcome.Masquerade, ans.Masquerade, text(n, ans))
+	}
+}
