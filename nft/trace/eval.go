@@ -18,6 +18,10 @@ type state struct {
 	forced, moduli []uint32
 	pick           func(mod uint32) uint32 // draws past forced; nil: 0
 	dyn            map[string]map[string]bool
+	// path, when non-nil, receives every step (Tracer.Path); hit is the element of the last
+	// vmap lookup that matched, for the step that records it.
+	path *[]Step
+	hit  *Step
 }
 
 func (st *state) draw(mod uint32) uint32 {
@@ -67,8 +71,10 @@ func (tr *Tracer) once(p Packet, st *state) Outcome {
 			}
 		}
 		for _, c := range tr.baseChains(h) {
+			st.record(Step{Chain: c.Name, Rule: -1, Hook: h})
 			v := tr.chain(c.Name, st, 0)
 			if v == "" && c.Base.Policy == nft.PolicyDrop {
+				st.record(Step{Chain: c.Name, Rule: -1, Hook: h, Did: []string{"policy drop"}})
 				v = Drop
 			}
 			if v != "" && v != Accept {
@@ -114,11 +120,20 @@ func (tr *Tracer) chain(name string, st *state, depth int) Verdict {
 		fail("the packet reached chain %q, which the ruleset does not define", name)
 	}
 rules:
-	for _, r := range tr.rules[name] {
-		for _, e := range r.Exprs {
+	for i, r := range tr.rules[name] {
+		st.hit = nil
+		var did []string
+		for j, e := range r.Exprs {
 			v, cont := tr.expr(e, st)
 			if !cont {
 				continue rules
+			}
+			if st.path != nil {
+				did = append(did, st.describe(e, v)...)
+				if v.Kind != 0 && v.Kind != nft.VerdictContinue || len(did) > 0 && j == len(r.Exprs)-1 {
+					st.recordRule(name, i, r.Comment, did)
+					did = nil
+				}
 			}
 			switch v.Kind {
 			case 0, nft.VerdictContinue:
@@ -246,6 +261,7 @@ func (tr *Tracer) expr(e nft.Expr, st *state) (v nft.Verdict, cont bool) {
 		if el.Verdict == nil {
 			fail("vmap %s: element %s has no verdict", x.Map, keyText(el.Key))
 		}
+		st.hit = &Step{Map: x.Map, Element: el}
 		return *el.Verdict, true
 	case nft.MarkTest:
 		return v, (st.mark&x.Mask != 0) == x.NonZero
@@ -305,11 +321,20 @@ func (tr *Tracer) dnatNumgen(x nft.DNATNumgen, st *state) nft.Verdict {
 // slotCount is the number of elements of set whose key starts with front (the slots of one
 // frontend in an endpoint map).
 func (tr *Tracer) slotCount(set string, front []nft.Value) int {
-	n, want := 0, keyText(front)
+	n := 0
+elements:
 	for _, e := range tr.rs.Elements[set] {
-		if len(e.Key) == len(front)+1 && keyText(e.Key[:len(front)]) == want {
-			n++
+		if len(e.Key) != len(front)+1 {
+			continue
 		}
+		// Compared field by field, not as text: a table read back from a node at 10k Services
+		// holds 100k endpoint slots, and explain counts them for every numgen branch.
+		for i, v := range front {
+			if e.Key[i].Type != v.Type || cmpValue(e.Key[i], v) != 0 {
+				continue elements
+			}
+		}
+		n++
 	}
 	return n
 }

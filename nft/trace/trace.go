@@ -21,8 +21,9 @@
 // weighs each by its probability, Connect takes draws from a caller's source and keeps what the
 // packet wrote into dynamic sets (session affinity) for the next packet.
 //
-// The explain command (why does this packet go there?) is meant to build on this package, run
-// on the table read back from the kernel; it is not built yet.
+// Path records the steps of one packet (base chains met, rules that acted, map elements hit):
+// `nftproxy explain` (proxy/explain) runs it on the tables read back from a live node's kernel
+// and reads the comments of those steps to say which Service, and why a packet is dropped.
 package trace
 
 import (

@@ -228,3 +228,38 @@ func TestConnectKeepsAffinity(t *testing.T) {
 		t.Error("a pick past the modulus: no error")
 	}
 }
+
+// TestPath: the steps of one packet name the base chains in hook order, the map element that
+// dispatched it (with its comment), and each rule that acted, in the order they acted; a
+// rejected packet ends with the reject.
+func TestPath(t *testing.T) {
+	rs := miniRuleset(2, pod1, pod2)
+	rs.Elements["service-ips"][0].Comment = "default/web/tcp/http"
+	tr := New(rs, node)
+	out, steps, err := tr.Path(TCP(client, svcIP, 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range steps {
+		got = append(got, s.String())
+	}
+	want := []string{
+		"nat-prerouting (hook prerouting)",
+		"nat-prerouting #0: [jump services]",
+		`services #0: [vmap @service-ips: goto svc-web] [@service-ips element "default/web/tcp/http"]`,
+		"svc-web #0: [jump mark-masq]",
+		"mark-masq #0: [meta mark |= 0x4000]",
+		"svc-web #1: [dnat to 198.18.128.10:8080]",
+		"filter-forward (hook forward)",
+		"nat-postrouting (hook postrouting)",
+		"nat-postrouting #0: [masquerade]",
+	}
+	if !slices.Equal(got, want) || out.Verdict != Accept || !out.Masquerade {
+		t.Fatalf("path %s:\n%s\nwant:\n%s", out, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	out, steps, err = tr.Path(TCP(client, svcIP, 81))
+	if err != nil || out.Verdict != RejectICMP || steps[len(steps)-1].String() != "filter-forward #0: [reject-icmp]" {
+		t.Fatalf("rejected packet: %s, %v, last step %v; want reject-icmp by filter-forward #0", out, err, steps[len(steps)-1])
+	}
+}

@@ -35,6 +35,9 @@ type Config struct {
 	BlockRange allocator.Range
 	// StateDir is where assignments are persisted; empty keeps them in memory only.
 	StateDir string
+	// ReadOnly loads the assignments from StateDir but never writes them: `render` prints what
+	// `run` applies with the same state directory, and must not move the daemon's ports.
+	ReadOnly bool
 	// Observer receives the node-port range's numbers (normally metrics.AllocatorMetrics):
 	// counts after each assignment, and one event per port newly allocated or refused.
 	Observer allocator.Observer
@@ -167,7 +170,7 @@ func (a *Assigner) stateLocked() state {
 }
 
 func (a *Assigner) persistLocked() error {
-	if a.cfg.StateDir == "" {
+	if a.cfg.StateDir == "" || a.cfg.ReadOnly {
 		return nil
 	}
 	b, err := encodeState(a.stateLocked())

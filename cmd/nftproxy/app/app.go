@@ -24,6 +24,7 @@ const usage = `nftproxy: a Kubernetes service proxy that programs nftables direc
 Usage:
   nftproxy run     --manifests DIR --node-name NAME [flags]   serve Services from manifest files (--once: one sync, then exit)
   nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
+  nftproxy explain NAMESPACE/NAME | [--from SRC] DST:PORT/PROTO   what this node's kernel does with a Service or a packet, and why
   nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
   nftproxy cleanup --kube-proxy                               delete kube-proxy's nftables tables and iptables-nft KUBE-* chains, nothing else
   nftproxy init    [--conntrack-* flags]                      set the conntrack sysctls (kube-proxy's --init-only; needs a privileged container)
@@ -46,6 +47,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runCmd(rest, stdout, stderr)
 	case "render":
 		err = renderCmd(rest, stdout, stderr)
+	case "explain":
+		err = explainCmd(rest, stdout, stderr)
 	case "cleanup":
 		err = cleanupCmd(rest, stderr)
 	case "init":

@@ -32,6 +32,12 @@ func TestCommandLineErrors(t *testing.T) {
 		{"bad block range", []string{"render", "--manifests", ".", "--range-node-port-range", "9-1"}, 2, "--range-node-port-range"},
 		{"stray argument", []string{"render", "--manifests", ".", "extra"}, 2, "every setting is a flag"},
 		{"help", []string{"run", "-h"}, 0, "-min-sync-period"},
+		{"explain without a target", []string{"explain"}, 2, "name one Service (NAMESPACE/NAME) or one destination"},
+		{"explain of two targets", []string{"explain", "a/b", "c/d"}, 2, `got "a/b c/d"`},
+		{"explain of a bad target", []string{"explain", "web"}, 2, "neither NAMESPACE/NAME nor DST:PORT/PROTO"},
+		{"explain of a bad protocol", []string{"explain", "198.19.0.10:80/icmp"}, 2, "not tcp, udp or sctp"},
+		{"explain from another family", []string{"explain", "--from", "fd00::1", "198.19.0.10:80/tcp"}, 2, "different families"},
+		{"explain help", []string{"explain", "-h"}, 0, "-rejections-url"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := run(c.args...)

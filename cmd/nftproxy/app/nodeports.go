@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/go-logr/logr"
 
@@ -14,6 +15,23 @@ import (
 
 // newAssigner builds manifest mode's node-port control plane from the flags. obs may be nil.
 func newAssigner(o *Options, log logr.Logger, obs allocator.Observer) (*nodeport.Assigner, error) {
+	return newAssignerWith(o, log, obs, func(*nodeport.Config) {})
+}
+
+// renderSeed seeds render's dynamic node-port picks: the same manifests (and state directory)
+// print the same node ports on every render.
+const renderSeed = 0x6e667470 // "nftp"
+
+// newRenderAssigner is render's assigner: it reads --state-dir without writing it (the node
+// ports a run with that directory holds) and picks the missing ones from a fixed seed.
+func newRenderAssigner(o *Options, log logr.Logger) (*nodeport.Assigner, error) {
+	return newAssignerWith(o, log, nil, func(c *nodeport.Config) {
+		c.ReadOnly = true
+		c.Rand = rand.New(rand.NewPCG(renderSeed, renderSeed))
+	})
+}
+
+func newAssignerWith(o *Options, log logr.Logger, obs allocator.Observer, edit func(*nodeport.Config)) (*nodeport.Assigner, error) {
 	np, err := allocator.ParseRange(o.NodePortRange)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--service-node-port-range: %w", err)}
@@ -24,6 +42,7 @@ func newAssigner(o *Options, log logr.Logger, obs allocator.Observer) (*nodeport
 			return nil, usageError{fmt.Errorf("--range-node-port-range: %w", err)}
 		}
 	}
+	edit(&cfg)
 	a, err := nodeport.New(cfg, log.WithName("nodeports"))
 	if err != nil {
 		return nil, fmt.Errorf("node-port assignment: %w", err)

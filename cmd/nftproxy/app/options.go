@@ -136,9 +136,11 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.BlockRange, "range-node-port-range", policy.DefaultBlockRange, "node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range: manifest mode assigns them from it, and in both modes a block outside it is rejected on this node (give the allocator the same value); empty disables blocks")
 	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
 	fs.StringVar(&o.ReservedPorts, "reserved-ports", model.DefaultReservedPorts, "ports and ranges of the node (comma-separated, every protocol) that no Service may capture or reject on a node address: not with a LoadBalancer or external IP that is a node address, a node port, a health-check node port or a node-port block; the ports of --healthz-bind-address and --metrics-bind-address are added. Default: SSH, etcd, the API server, the kubelet and the control-plane components")
-	if scope < runFlags {
+	if scope == renderFlags {
+		fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: the state directory of the run whose ruleset to print: its node-port assignments are read (never written), so the node ports printed are those run applies; empty: assigned afresh, the same on every render")
 		return
 	}
+	fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: directory where assigned node ports are kept, so they survive restarts (e.g. /var/lib/nftproxy); empty keeps them in memory only")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to watch (Kubernetes mode); in a pod without it, the in-cluster ServiceAccount is used unless --manifests is given")
 	fs.StringVar(&o.Master, "master", "", "API server address (https://HOST:PORT); overrides the kubeconfig's server, or in a pod the in-cluster address (needed where no service proxy serves the kubernetes Service yet)")
 	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")
@@ -146,9 +148,8 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
 	fs.BoolVar(&o.DriftEvents, "drift-events", true, "watch nftables events and repair another process's changes to our tables (nft flush ruleset, a deleted element) at once, not only at the next --full-sync-period; changes to other tables are ignored")
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
-	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics; empty disables it")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
 	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
-	fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: directory where assigned node ports are kept, so they survive restarts (e.g. /var/lib/nftproxy); empty keeps them in memory only")
 }
 
 // families parses --ip-families.

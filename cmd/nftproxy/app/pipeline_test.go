@@ -101,7 +101,7 @@ func TestManifestEntryPointsShareOnePipeline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.tracker = newTracker(&o, guard, newLogger(0, d.log), d.pm, func() {})
+		d.tracker = newTracker(&o, guard, newLogger(0, d.log), d.pm, nil, func() {})
 		return d
 	}
 	ruleset := func(snap model.Snapshot) string {

@@ -9,12 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 // TestKernelRefusalIsCountedAndRescanned: the daemon's rejection callback counts a Service the
-// kernel refused in nftproxy_invalid_services_total{reason="KernelRefused"} and asks the Event
-// scanner to look again (the informers did not see that rejection).
+// kernel refused in nftproxy_invalid_services_total{reason="KernelRefused"}, records it in the
+// status explain reads, and asks the Event scanner to look again (the informers did not see
+// that rejection).
 func TestKernelRefusalIsCountedAndRescanned(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	pm, err := metrics.NewProxy(reg, model.AllReasons())
@@ -22,7 +24,8 @@ func TestKernelRefusalIsCountedAndRescanned(t *testing.T) {
 		t.Fatal(err)
 	}
 	rescans := 0
-	tr := newTracker(&Options{}, model.GuardConfig{}, logr.Discard(), pm, func() { rescans++ })
+	status := explain.NewStatus()
+	tr := newTracker(&Options{}, model.GuardConfig{}, logr.Discard(), pm, status, func() { rescans++ })
 	tr.UpsertService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}})
@@ -31,6 +34,9 @@ func TestKernelRefusalIsCountedAndRescanned(t *testing.T) {
 
 	if got := counterValue(t, reg, metrics.InvalidServices, "reason", model.ReasonKernelRefused); got != 1 {
 		t.Errorf("%s{reason=%q} = %v, want 1", metrics.InvalidServices, model.ReasonKernelRefused, got)
+	}
+	if got := status.List(); len(got) != 1 || got[0].Service != "ns/a" || got[0].Reason != model.ReasonKernelRefused {
+		t.Errorf("status %+v, want ns/a with reason %s", got, model.ReasonKernelRefused)
 	}
 	if rescans != 1 {
 		t.Errorf("%d Event rescans asked, want 1", rescans)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +26,7 @@ import (
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
+	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/health"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
@@ -65,7 +65,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	// rescan, once the source exists, sends Events for rejections the informers did not see
 	// (a Service the kernel refused); set before anything runs.
 	var rescan func()
-	tracker := newTracker(&o, guard, log, pm, func() {
+	status := explain.NewStatus() // what `nftproxy explain` reads at /rejections
+	tracker := newTracker(&o, guard, log, pm, status, func() {
 		if rescan != nil {
 			rescan()
 		}
@@ -122,6 +123,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if r, ok := src.(interface{ Rescan() }); ok {
 		rescan = r.Rescan
 	}
+	if ms, ok := src.(*manifestSource); ok {
+		ms.status = status
+	}
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	rc := o.runConfig()
@@ -169,7 +173,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	servers, err := serve(log, &o, hs, reg)
+	servers, err := serve(log, &o, hs, reg, status)
 	if err != nil {
 		return err
 	}
@@ -283,10 +287,15 @@ func watchNodeAddresses(ctx context.Context, log logr.Logger, tracker *model.Tra
 	}
 }
 
-func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metrics.Proxy, rejected func()) *model.Tracker {
+// newTracker builds the daemon's model; every rejection is logged, counted in pm and recorded in
+// status (each may be nil).
+func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metrics.Proxy, status *explain.Status, rejected func()) *model.Tracker {
 	return model.NewTracker(model.TrackerConfig{
 		NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log.WithName("model"), Guard: guard,
 		OnRejection: func(key model.ServiceKey, r *model.Rejection) {
+			if status != nil {
+				status.Set(key, r)
+			}
 			if r == nil {
 				log.Info("service accepted again", "service", key.String())
 				return
@@ -304,8 +313,10 @@ func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metric
 	})
 }
 
-// serve starts the health and metrics listeners; the returned function stops them.
-func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry) (func(), error) {
+// serve starts the health and metrics listeners; the returned function stops them. The metrics
+// listener also serves the rejections (status) that `nftproxy explain` reads: it binds to the
+// node itself by default, not to the network.
+func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry, status http.Handler) (func(), error) {
 	var srvs []*http.Server
 	start := func(addr string, h http.Handler, what string) error {
 		if addr == "" {
@@ -335,8 +346,10 @@ func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Regist
 	hs.Register(hmux)
 	mmux := http.NewServeMux()
 	mmux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mmux.Handle(explain.RejectionsPath, status)
 	if o.HealthzAddress != "" && o.HealthzAddress == o.MetricsAddress {
 		hmux.Handle("/metrics", mmux)
+		hmux.Handle(explain.RejectionsPath, mmux)
 		if err := start(o.HealthzAddress, hmux, "health and metrics"); err != nil {
 			return nil, err
 		}
@@ -369,29 +382,11 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	log := newLogger(o.Verbosity, stderr)
-	type rej struct {
-		key model.ServiceKey
-		r   *model.Rejection
-	}
-	var rejected []rej
-	// render may run anywhere, so the guard knows the node's addresses from its Node manifest
-	// only, not from the kernel of the machine it runs on.
-	tracker := model.NewTracker(model.TrackerConfig{NodeName: o.NodeName, ProxyName: o.ProxyName, Logger: log, Guard: guard,
-		OnRejection: func(k model.ServiceKey, r *model.Rejection) {
-			if r != nil {
-				rejected = append(rejected, rej{k, r})
-			}
-		}})
-	a, err := newAssigner(&o, log, nil)
+	m, err := renderModel(&o, builders, guard, newLogger(o.Verbosity, stderr))
 	if err != nil {
 		return err
 	}
-	res, err := newPipeline(&o, log, a, tracker, nil).Load()
-	if err != nil {
-		return err
-	}
-	snap := tracker.Snapshot()
+	res := m.res
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# nftproxy %s: the ruleset for %s (node %q)\n", Version, o.Manifests, o.NodeName)
@@ -401,8 +396,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	for _, e := range res.Objects.Invalid {
 		fmt.Fprintf(&sb, "# left out: %s\n", oneLine(e.Error()))
 	}
-	sort.Slice(rejected, func(i, j int) bool { return rejected[i].key.String() < rejected[j].key.String() })
-	for _, r := range rejected {
+	for _, r := range m.rejected {
 		what := "rejected service"
 		if r.r.Partial {
 			what = "service rejected in part (the rest is programmed)"
@@ -412,11 +406,10 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	for _, p := range res.Problems {
 		fmt.Fprintf(&sb, "# node port not assigned: %s\n", oneLine(p.Error()))
 	}
-	if snap.Node == nil {
+	if m.node == nil {
 		fmt.Fprintf(&sb, "# no Node object named %q: node ports are served on no address\n", o.NodeName)
 	}
-	for _, b := range builders {
-		rs := b.Ruleset(snap.Node, snap.Sorted())
+	for _, rs := range m.tables {
 		sb.WriteString(nft.Render(nft.Canonical(rs)))
 	}
 	_, err = io.WriteString(stdout, sb.String())

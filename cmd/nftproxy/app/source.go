@@ -11,6 +11,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeport"
@@ -78,6 +79,8 @@ type manifestSource struct {
 	pm       *metrics.Proxy
 	loaded   atomic.Bool
 	watcher  manifest.Watcher
+	// status, when set, receives the node ports each load could not assign (for explain).
+	status *explain.Status
 }
 
 func (m *manifestSource) String() string { return "manifests " + m.watcher.Dir }
@@ -93,7 +96,10 @@ func (m *manifestSource) FailingSince() time.Time { return m.watcher.FailingSinc
 func (m *manifestSource) Run(ctx context.Context, tracker *model.Tracker, notify func()) error {
 	pl := newPipeline(m.o, m.log, m.assigner, tracker, m.pm)
 	m.watcher.OnLoad = func(objs manifest.Objects, ferrs []manifest.FileError) {
-		pl.Apply(objs, ferrs)
+		res := pl.Apply(objs, ferrs)
+		if m.status != nil && manifest.DirectoryError(ferrs) == nil {
+			m.status.SetNodePortProblems(res.Problems)
+		}
 		m.loaded.Store(true)
 		notify()
 	}
