@@ -41,6 +41,13 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	p.Synced(false, time.Millisecond, reconciler.Result{}, errors.New("commit failed"))
 	p.Programmed(20 * time.Millisecond)
 	p.Rejected(model.ReasonPortOverlap)
+	p.Served("/healthz", 200)
+	p.Served("/livez", 200)
+	if err := p.WatchChanges(func() model.ChangeCounts {
+		return model.ChangeCounts{ServiceEvents: 3, EndpointSliceEvents: 5, PendingServices: 1, PendingEndpointSliceChanges: 2}
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	a, err := NewAllocatorMetrics(reg)
 	if err != nil {

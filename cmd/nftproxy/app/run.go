@@ -54,7 +54,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pm, err := metrics.NewProxy(reg, model.AllReasons())
+	pm, err := metrics.NewProxy(reg, model.AllReasons(), families(builders)...)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -78,6 +78,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	tracker.SetLocalAddresses(localAddrs)
 	if err := pm.WatchPending(tracker.Pending); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := pm.WatchChanges(tracker.ChangeCounts); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
