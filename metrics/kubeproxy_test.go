@@ -1,11 +1,17 @@
 package metrics
 
 import (
+	"context"
+	"net/url"
 	"reflect"
+	"runtime"
 	"sort"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 )
 
 // kubeProxyFamily is one metric as kube-proxy exposes it: its name, type and label names.
@@ -78,6 +84,68 @@ func checkParity(t *testing.T, g interface {
 			if !reflect.DeepEqual(names, wantLabels) {
 				t.Errorf("%s: labels %v, want %v (kube-proxy's)", w.name, names, wantLabels)
 			}
+		}
+	}
+}
+
+// componentMetrics are what every Kubernetes component exposes through component-base, with
+// its types and label names: the build information and client-go's request metrics.
+var componentMetrics = []kubeProxyFamily{
+	{BuildInfo, dto.MetricType_GAUGE, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"}},
+	{RESTRequests, dto.MetricType_COUNTER, []string{"code", "method", "host"}},
+	{RESTRequestDuration, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{RESTRequestSize, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{RESTResponseSize, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{RESTRateLimiter, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{RESTRetries, dto.MetricType_COUNTER, []string{"code", "verb", "host"}},
+}
+
+// TestComponentParity drives client-go's metric hooks as a request does and checks the
+// families they feed, and kubernetes_build_info, against component-base's.
+func TestComponentParity(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := RegisterBuildInfo(reg, "v1.2.3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRESTClient(reg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, u := context.Background(), url.URL{Scheme: "https", Host: "198.18.0.1:6443", Path: "/api/v1/services"}
+	clientmetrics.RequestLatency.Observe(ctx, "LIST", u, 20*time.Millisecond)
+	clientmetrics.RateLimiterLatency.Observe(ctx, "LIST", u, time.Millisecond)
+	clientmetrics.RequestSize.Observe(ctx, "LIST", u.Host, 0)
+	clientmetrics.ResponseSize.Observe(ctx, "LIST", u.Host, 4096)
+	clientmetrics.RequestResult.Increment(ctx, "200", "GET", u.Host)
+	clientmetrics.RequestRetry.IncrementRetry(ctx, "503", "GET", u.Host)
+	checkParity(t, reg, componentMetrics)
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != BuildInfo {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["major"] != "1" || labels["minor"] != "2" || labels["git_version"] != "v1.2.3" || labels["go_version"] != runtime.Version() {
+			t.Errorf("%s labels %v; want major 1, minor 2, git_version v1.2.3, go_version %s", BuildInfo, labels, runtime.Version())
+		}
+		if v := f.GetMetric()[0].GetGauge().GetValue(); v != 1 {
+			t.Errorf("%s = %v, want 1", BuildInfo, v)
+		}
+	}
+}
+
+func TestMajorMinor(t *testing.T) {
+	for _, c := range []struct{ in, major, minor string }{
+		{"v1.2.3", "1", "2"}, {"0.14.0-rc.1", "0", "14"}, {"dev", "", ""}, {"v1", "", ""}, {"vx.2", "", ""},
+	} {
+		if ma, mi := majorMinor(c.in); ma != c.major || mi != c.minor {
+			t.Errorf("majorMinor(%q) = %q, %q; want %q, %q", c.in, ma, mi, c.major, c.minor)
 		}
 	}
 }

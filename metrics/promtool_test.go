@@ -90,6 +90,12 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	if err := WatchHealth(reg, func() bool { return true }); err != nil {
 		t.Fatal(err)
 	}
+	if err := RegisterBuildInfo(reg, "v0.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRESTClient(reg); err != nil {
+		t.Fatal(err)
+	}
 	return reg
 }
 
@@ -119,7 +125,7 @@ func TestPromtool(t *testing.T) {
 	}
 	body := scrape(t, daemonRegistry(t))
 	for _, name := range []string{SyncDuration, KubeProxySync, AllocatorAllocatedPorts, ConntrackDeleted,
-		KubeProxyConntrackDeleted, HealthCheckNodePorts} {
+		KubeProxyConntrackDeleted, HealthCheckNodePorts, KubeProxyEndpoints, BuildInfo} {
 		if !bytes.Contains(body, []byte("# TYPE "+name+" ")) {
 			t.Errorf("exposition has no %s; the lint below would not cover it", name)
 		}

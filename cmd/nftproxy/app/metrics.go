@@ -1,6 +1,10 @@
 package app
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
@@ -13,4 +17,21 @@ func families(builders []*ruleset.Builder) []nft.Family {
 		out = append(out, b.Family())
 	}
 	return out
+}
+
+// registerComponentMetrics registers what every Kubernetes component exposes besides its own
+// metrics: the Go runtime and process collectors, kubernetes_build_info with nftproxy's version,
+// and client-go's rest_client_* request metrics (the API clients of the process report to reg).
+func registerComponentMetrics(reg prometheus.Registerer) error {
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return err
+	}
+	if err := metrics.RegisterBuildInfo(reg, Version); err != nil {
+		return err
+	}
+	_, err := metrics.NewRESTClient(reg)
+	return err
 }

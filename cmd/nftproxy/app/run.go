@@ -20,7 +20,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nftproxy/nftproxy/allocator"
@@ -53,7 +52,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	defer boundShutdown(ctx, stderr)()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerComponentMetrics(reg); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
 	pm, err := metrics.NewProxy(reg, model.AllReasons(), families(builders)...)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)

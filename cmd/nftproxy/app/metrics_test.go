@@ -1,0 +1,86 @@
+package app
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nftproxy/nftproxy/metrics"
+)
+
+// TestRESTClientRequestsCounted builds the API client as the daemon does (restConfig, then
+// kubernetes.NewForConfig) against a fake API server, makes one request, and finds it in
+// rest_client_requests_total on the registry the daemon's metrics go to.
+func TestRESTClientRequestsCounted(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"major":"1","minor":"34","gitVersion":"v1.34.4"}`))
+	}))
+	defer api.Close()
+	reg := prometheus.NewPedanticRegistry()
+	if err := registerComponentMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{Master: api.URL}
+	cfg, err := o.restConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Discovery().ServerVersion(); err != nil {
+		t.Fatalf("request to the fake API server: %v", err)
+	}
+	host := mustHost(t, api.URL)
+	if got := requestCount(t, reg, "200", "GET", host); got != 1 {
+		t.Errorf("%s{code=200,method=GET,host=%s} = %v, want 1", metrics.RESTRequests, host, got)
+	}
+	if n, err := testutil.GatherAndCount(reg, metrics.RESTRequestDuration); err != nil || n != 1 {
+		t.Errorf("%s: %d series (err %v), want 1", metrics.RESTRequestDuration, n, err)
+	}
+	if lint, err := testutil.GatherAndLint(reg, metrics.RESTRequests, metrics.RESTRequestDuration, metrics.BuildInfo); err != nil || len(lint) > 0 {
+		t.Errorf("lint: %v %v", lint, err)
+	}
+}
+
+func mustHost(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// requestCount returns the rest_client_requests_total series with these labels, failing the
+// test if the registry has none.
+func requestCount(t *testing.T, reg *prometheus.Registry, code, method, host string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metrics.RESTRequests {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["code"] == code && labels["method"] == method && labels["host"] == host {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s series with code %s, method %s, host %s", metrics.RESTRequests, code, method, host)
+	return 0
+}
