@@ -1,8 +1,12 @@
 package app
 
 import (
+	"net/http"
+	"net/http/pprof"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
@@ -34,4 +38,22 @@ func registerComponentMetrics(reg prometheus.Registerer) error {
 	}
 	_, err := metrics.NewRESTClient(reg)
 	return err
+}
+
+// pprofPath is where --profiling serves Go's profiles, as kube-proxy does.
+const pprofPath = "/debug/pprof/"
+
+// metricsMux is the metrics server's handler: /metrics, and with --profiling Go's profiles
+// under /debug/pprof/ (the index, cmdline, profile, symbol, trace and every named profile).
+func metricsMux(o *Options, reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if o.Profiling {
+		mux.HandleFunc(pprofPath, pprof.Index)
+		mux.HandleFunc(pprofPath+"cmdline", pprof.Cmdline)
+		mux.HandleFunc(pprofPath+"profile", pprof.Profile)
+		mux.HandleFunc(pprofPath+"symbol", pprof.Symbol)
+		mux.HandleFunc(pprofPath+"trace", pprof.Trace)
+	}
+	return mux
 }

@@ -1,16 +1,20 @@
 package app
 
 import (
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/proxy/health"
 )
 
 // TestRESTClientRequestsCounted builds the API client as the daemon does (restConfig, then
@@ -83,4 +87,67 @@ func requestCount(t *testing.T, reg *prometheus.Registry, code, method, host str
 	}
 	t.Fatalf("no %s series with code %s, method %s, host %s", metrics.RESTRequests, code, method, host)
 	return 0
+}
+
+// freeAddress returns a loopback address with a port nothing listens on (for serve, which
+// takes addresses, not listeners).
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestProfiling starts the daemon's servers as run does and asks for Go's profiles: absent
+// (404) without --profiling, served on the metrics address with it, also when health and
+// metrics share one address; /metrics is served in every case.
+func TestProfiling(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		profiling bool
+		shared    bool
+	}{
+		{"default", false, false},
+		{"--profiling", true, false},
+		{"--profiling, health and metrics on one address", true, true},
+		{"default, health and metrics on one address", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			metricsAddr, healthAddr := freeAddress(t), freeAddress(t)
+			if c.shared {
+				healthAddr = metricsAddr
+			}
+			args := []string{"--metrics-bind-address", metricsAddr, "--healthz-bind-address", healthAddr}
+			if c.profiling {
+				args = append(args, "--profiling")
+			}
+			var o Options
+			if err := parseFlags("run", &o, runFlags, args, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			stop, err := serve(logr.Discard(), &o, &health.State{}, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stop()
+			want := http.StatusNotFound
+			if c.profiling {
+				want = http.StatusOK
+			}
+			for path, code := range map[string]int{"/metrics": http.StatusOK, "/debug/pprof/": want, "/debug/pprof/cmdline": want, "/debug/pprof/goroutine?debug=1": want} {
+				resp, err := http.Get("http://" + metricsAddr + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != code {
+					t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, code)
+				}
+			}
+		})
+	}
 }

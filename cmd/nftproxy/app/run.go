@@ -20,7 +20,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/metrics"
@@ -337,10 +336,10 @@ func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Regist
 	}
 	hmux := http.NewServeMux()
 	hs.Register(hmux)
-	mmux := http.NewServeMux()
-	mmux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mmux := metricsMux(o, reg)
 	if o.HealthzAddress != "" && o.HealthzAddress == o.MetricsAddress {
 		hmux.Handle("/metrics", mmux)
+		hmux.Handle(pprofPath, mmux)
 		if err := start(o.HealthzAddress, hmux, "health and metrics"); err != nil {
 			return nil, err
 		}
