@@ -39,6 +39,7 @@ var kubeProxyMetrics = []kubeProxyFamily{
 	{KubeProxyLivez, dto.MetricType_COUNTER, []string{"code"}},
 	{KubeProxyConntrackSync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
 	{KubeProxyConntrackDeleted, dto.MetricType_COUNTER, []string{"ip_family"}},
+	{KubeProxyNoLocalEndpoints, dto.MetricType_GAUGE, []string{"traffic_policy", "ip_family"}},
 }
 
 // TestKubeProxyParity scrapes the daemon's registry and checks every kube-proxy metric nftproxy

@@ -48,6 +48,11 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.WatchNoLocalEndpoints(func() []NoLocalEndpoints {
+		return []NoLocalEndpoints{{Family: nft.IPv4, Internal: 1}, {Family: nft.IPv6, External: 2}}
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	a, err := NewAllocatorMetrics(reg)
 	if err != nil {
@@ -133,9 +138,25 @@ func TestPromtool(t *testing.T) {
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(body)
 	out, err := cmd.CombinedOutput()
-	if err != nil || len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("promtool check metrics: %v", err)
 	}
+	var problems []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l != "" && !kubeProxyLint[l] {
+			problems = append(problems, l)
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("promtool check metrics:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+// kubeProxyLint are promtool's findings on names nftproxy takes from kube-proxy as they are:
+// renaming them would break the dashboards they are kept for.
+var kubeProxyLint = map[string]bool{
+	KubeProxyNoLocalEndpoints + ` non-counter metrics should not have "_total" suffix`: true,
 }
 
 // dashboard is the part of a Grafana dashboard the test reads.

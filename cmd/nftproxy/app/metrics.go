@@ -10,6 +10,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
@@ -56,4 +57,26 @@ func metricsMux(o *Options, reg *prometheus.Registry) *http.ServeMux {
 		mux.HandleFunc(pprofPath+"trace", pprof.Trace)
 	}
 	return mux
+}
+
+// watchModel exports what kube-proxy's metrics read from its change trackers and its rules:
+// the Service and EndpointSlice changes, and the Service ports a Local traffic policy leaves
+// without a local endpoint, counted by each family's builder over the current model.
+func watchModel(pm *metrics.Proxy, tracker *model.Tracker, builders []*ruleset.Builder) error {
+	if err := pm.WatchChanges(tracker.ChangeCounts); err != nil {
+		return err
+	}
+	return pm.WatchNoLocalEndpoints(func() []metrics.NoLocalEndpoints {
+		snap := tracker.Snapshot()
+		services := make([]*model.Service, 0, len(snap.Services))
+		for _, s := range snap.Services {
+			services = append(services, s)
+		}
+		out := make([]metrics.NoLocalEndpoints, 0, len(builders))
+		for _, b := range builders {
+			in, ex := b.NoLocalEndpoints(snap.Node, services)
+			out = append(out, metrics.NoLocalEndpoints{Family: b.Family(), Internal: in, External: ex})
+		}
+		return out
+	})
 }

@@ -80,7 +80,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err := pm.WatchPending(tracker.Pending); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
-	if err := pm.WatchChanges(tracker.ChangeCounts); err != nil {
+	if err := watchModel(pm, tracker, builders); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
