@@ -29,6 +29,7 @@ var kubeProxyMetrics = []kubeProxyFamily{
 	{KubeProxyFullSync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
 	{KubeProxyPartialSync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
 	{KubeProxyLastTimestamp, dto.MetricType_GAUGE, []string{"ip_family"}},
+	{KubeProxyLastQueued, dto.MetricType_GAUGE, []string{"ip_family"}},
 	{KubeProxyProgramming, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
 	{KubeProxyEndpointsPend, dto.MetricType_GAUGE, nil},
 	{KubeProxyEndpoints, dto.MetricType_COUNTER, nil},

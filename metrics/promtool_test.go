@@ -42,6 +42,7 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	p.Programmed(20 * time.Millisecond)
 	p.Rejected(model.ReasonPortOverlap)
 	p.Served("/healthz", 200)
+	p.Queued()
 	p.Served("/livez", 200)
 	if err := p.WatchChanges(func() model.ChangeCounts {
 		return model.ChangeCounts{ServiceEvents: 3, EndpointSliceEvents: 5, PendingServices: 1, PendingEndpointSliceChanges: 2}

@@ -34,6 +34,7 @@ const (
 	KubeProxyPartialSync   = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
 	KubeProxyProgramming   = "kubeproxy_network_programming_duration_seconds"
 	KubeProxyLastTimestamp = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+	KubeProxyLastQueued    = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
 	KubeProxySyncFailures  = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
 	ServiceChanges         = "nftproxy_service_changes_total"
 	ServiceChangesPending  = "nftproxy_service_changes_pending"
@@ -64,7 +65,7 @@ type Proxy struct {
 	last        prometheus.Gauge
 
 	kpSync, kpFull, kpPartial, kpProgramming *prometheus.HistogramVec
-	kpLast                                   *prometheus.GaugeVec
+	kpLast, kpLastQueued                     *prometheus.GaugeVec
 	kpFailures                               *prometheus.CounterVec
 	families                                 []string // ip_family values observed
 
@@ -112,6 +113,8 @@ func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Famil
 		kpProgramming: familyHistogram(KubeProxyProgramming, "kube-proxy compatible: network programming latency, by family."),
 		kpLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastTimestamp,
 			Help: "kube-proxy compatible: last successful sync time, by family."}, []string{ipFamily}),
+		kpLastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastQueued,
+			Help: "kube-proxy compatible: last time a change queued a sync, by family."}, []string{ipFamily}),
 		kpFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxySyncFailures,
 			Help: "kube-proxy compatible: failed syncs, by family."}, []string{ipFamily}),
 	}
@@ -131,7 +134,7 @@ func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Famil
 	m.healthz = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyHealthz, Help: "kube-proxy compatible: /healthz answers by HTTP code."}, []string{"code"})
 	m.livez = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyLivez, Help: "kube-proxy compatible: /livez answers by HTTP code."}, []string{"code"})
 	cs := []prometheus.Collector{m.duration, m.failures, m.ops, m.bytes, m.programming, m.repairs, m.objects, m.invalid, m.last,
-		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpFailures, m.changes, m.healthz, m.livez}
+		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpLastQueued, m.kpFailures, m.changes, m.healthz, m.livez}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -198,6 +201,14 @@ func (m *Proxy) Synced(full bool, d time.Duration, res reconciler.Result, err er
 	m.last.Set(now)
 	for _, f := range m.families {
 		m.kpLast.WithLabelValues(f).Set(now)
+	}
+}
+
+// Queued records that a change queued a sync (kube-proxy's last-queued timestamp).
+func (m *Proxy) Queued() {
+	now := float64(time.Now().UnixNano()) / 1e9
+	for _, f := range m.families {
+		m.kpLastQueued.WithLabelValues(f).Set(now)
 	}
 }
 

@@ -12,9 +12,8 @@ import (
 // TestKubeProxyMetricsServed runs the daemon as the DaemonSet does and reads its /metrics as a
 // Prometheus built for kube-proxy would: client-go's requests to the API server it watches
 // (rest_client_requests_total), kubernetes_build_info, the Service and endpoint changes it
-// received, the sync histogram and the ports without local endpoints for each family it
-// programs. Go's profiles are not served
-// (no --profiling).
+// received, and for each family it programs the sync histogram, the last-queued time and the
+// ports without local endpoints. Go's profiles are not served (no --profiling).
 func TestKubeProxyMetricsServed(t *testing.T) {
 	e := newEnv(t, nil)
 	e.waitUntil("daemon serving /metrics", func() (bool, string) {
@@ -62,6 +61,7 @@ func TestKubeProxyMetricsServed(t *testing.T) {
 		{"endpoint changes", "kubeproxy_sync_proxy_rules_endpoint_changes_total ", nil, 1},
 		{"IPv4 syncs", "kubeproxy_sync_proxy_rules_duration_seconds_count{", []string{`ip_family="IPv4"`}, 1},
 		{"IPv6 syncs", "kubeproxy_sync_proxy_rules_duration_seconds_count{", []string{`ip_family="IPv6"`}, 1},
+		{"last queued sync", "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{", []string{`ip_family="IPv4"`}, 1},
 		{"no local endpoints (internal)", "kubeproxy_sync_proxy_rules_no_local_endpoints_total{", []string{`ip_family="IPv4"`, `traffic_policy="internal"`}, 0},
 		{"no local endpoints (external)", "kubeproxy_sync_proxy_rules_no_local_endpoints_total{", []string{`ip_family="IPv6"`, `traffic_policy="external"`}, 0},
 	} {

@@ -80,3 +80,14 @@ func watchModel(pm *metrics.Proxy, tracker *model.Tracker, builders []*ruleset.B
 		return out
 	})
 }
+
+// queuing wraps the sync loop's notify: a notification while changes wait for the sync loop
+// queues a sync, which kube-proxy's last-queued timestamp records.
+func queuing(pm *metrics.Proxy, tracker *model.Tracker, notify func()) func() {
+	return func() {
+		if !tracker.PendingSince().IsZero() {
+			pm.Queued()
+		}
+		notify()
+	}
+}

@@ -11,10 +11,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/metrics"
+	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/health"
+	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 // TestRESTClientRequestsCounted builds the API client as the daemon does (restConfig, then
@@ -149,5 +153,36 @@ func TestProfiling(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestQueuingRecordsWaitingChanges: a notification of the sync loop sets kube-proxy's
+// last-queued timestamp only when changes wait for it, and always reaches the loop.
+func TestQueuingRecordsWaitingChanges(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	pm, err := metrics.NewProxy(reg, nil, nft.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tracker := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	notified := 0
+	notify := queuing(pm, tracker, func() { notified++ })
+	queued := func() int {
+		n, err := testutil.GatherAndCount(reg, metrics.KubeProxyLastQueued)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	notify()
+	if notified != 1 || queued() != 0 {
+		t.Fatalf("nothing waiting: notified %d, %d last-queued series; want 1, 0", notified, queued())
+	}
+	tracker.UpsertService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: corev1.ServiceSpec{ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}})
+	notify()
+	if notified != 2 || queued() != 1 {
+		t.Fatalf("a change waiting: notified %d, %d last-queued series; want 2, 1", notified, queued())
 	}
 }

@@ -166,8 +166,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		defer watchDrift(ctx, log, kernel, builders, runner, dm, rc.FullSyncPeriod)()
 	}
 	watchErr := make(chan error, 1)
-	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
-	go watchNodeAddresses(ctx, log, tracker, runner.Notify)
+	notify := queuing(pm, tracker, runner.Notify)
+	go func() { watchErr <- src.Run(ctx, tracker, notify) }()
+	go watchNodeAddresses(ctx, log, tracker, notify)
 	if err := watchLocalPorts(ctx, &o, log, tracker, reg); err != nil {
 		return err
 	}
