@@ -1,9 +1,11 @@
 package k8s
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -109,8 +111,16 @@ func TestMonitoringComponent(t *testing.T) {
 			bind = v // the last one wins, as in Go's flag package
 		}
 	}
-	if bind != "$(POD_IP):10249" {
-		t.Errorf("effective --metrics-bind-address %q, want $(POD_IP):10249 (args %v)", bind, args)
+	if !strings.Contains(bind, "$(POD_IP)") {
+		t.Errorf("effective --metrics-bind-address %q, want the pod's (the node's) address $(POD_IP) (args %v)", bind, args)
+	}
+	// The kubelet substitutes the pod's IP, of either family; the daemon listens on the result.
+	for _, ip := range []string{"198.18.1.1", "fd00::1"} {
+		addr := strings.ReplaceAll(bind, "$(POD_IP)", ip)
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host != ip || port != "10249" {
+			t.Errorf("with POD_IP %s, --metrics-bind-address %q: host %q port %q (%v); want %s and 10249", ip, addr, host, port, err, ip)
+		}
 	}
 	env, _, _ := unstructured.NestedSlice(c, "env")
 	if !slices.ContainsFunc(env, func(e any) bool {
