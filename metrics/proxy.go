@@ -14,8 +14,11 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
-// Proxy metric names (nftproxy's own). A sync is one transaction for both families, so sync
-// metrics carry no family label; object gauges do.
+// Proxy metric names: nftproxy's own, and kube-proxy's (same names, labels and types as its
+// v1.34 metrics, so dashboards built on kube-proxy work unchanged). A sync is one transaction
+// for both families, so nftproxy's sync metrics carry no family label; kube-proxy runs one
+// proxier per family and labels them ip_family, so the kube-proxy names observe the one sync
+// once for each family nftproxy programs (what a dual-stack kube-proxy reports for its two).
 const (
 	SyncDuration           = "nftproxy_sync_duration_seconds"
 	SyncFailures           = "nftproxy_sync_failures_total"
@@ -31,6 +34,7 @@ const (
 	KubeProxyPartialSync   = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
 	KubeProxyProgramming   = "kubeproxy_network_programming_duration_seconds"
 	KubeProxyLastTimestamp = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+	KubeProxyLastQueued    = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
 	KubeProxySyncFailures  = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
 	ServiceChanges         = "nftproxy_service_changes_total"
 	ServiceChangesPending  = "nftproxy_service_changes_pending"
@@ -38,7 +42,12 @@ const (
 	KubeProxyLivez         = "kubeproxy_proxy_livez_total"
 	KubeProxyChanges       = "kubeproxy_sync_proxy_rules_service_changes_total"
 	KubeProxyChangesPend   = "kubeproxy_sync_proxy_rules_service_changes_pending"
+	KubeProxyEndpoints     = "kubeproxy_sync_proxy_rules_endpoint_changes_total"
+	KubeProxyEndpointsPend = "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
 )
+
+// ipFamily is kube-proxy's label of the family a series is about (values IPv4, IPv6).
+const ipFamily = "ip_family"
 
 // syncBuckets spans a 1 ms partial sync to a multi-minute cold start at 50k Services.
 var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 19)
@@ -55,14 +64,15 @@ type Proxy struct {
 	invalid     *prometheus.CounterVec
 	last        prometheus.Gauge
 
-	kpSync, kpFull, kpPartial, kpProgramming prometheus.Histogram
-	kpLast                                   prometheus.Gauge
-	kpFailures                               prometheus.Counter
+	kpSync, kpFull, kpPartial, kpProgramming *prometheus.HistogramVec
+	kpLast, kpLastQueued                     *prometheus.GaugeVec
+	kpFailures                               *prometheus.CounterVec
+	families                                 []string // ip_family values observed
 
-	changes, kpChanges *prometheus.CounterVec
-	healthz, livez     *prometheus.CounterVec
-	registered         []prometheus.Collector
-	reg                prometheus.Registerer
+	changes        *prometheus.CounterVec
+	healthz, livez *prometheus.CounterVec
+	registered     []prometheus.Collector
+	reg            prometheus.Registerer
 }
 
 var _ proxier.Observer = (*Proxy)(nil)
@@ -71,9 +81,19 @@ func histogram(name, help string) prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: syncBuckets})
 }
 
+// familyHistogram is a kube-proxy histogram: one series per ip_family.
+func familyHistogram(name, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: syncBuckets}, []string{ipFamily})
+}
+
 // NewProxy creates the proxy collectors and registers them on reg (the daemon's registry, or a
 // fresh one in tests). reasons pre-creates the invalid-Services series so they read 0, not absent.
-func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
+// families are the families nftproxy programs (--ip-families), the ip_family series of the
+// kube-proxy names; none means both.
+func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Family) (*Proxy, error) {
+	if len(families) == 0 {
+		families = []nft.Family{nft.IPv4, nft.IPv6}
+	}
 	m := &Proxy{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: SyncDuration, Buckets: syncBuckets,
 			Help: "Time of one sync (build, diff, kernel commit); kind is full (kernel read back and repaired) or partial."}, []string{"kind"}),
@@ -87,12 +107,21 @@ func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{Name: InvalidServices,
 			Help: "Services rejected (not programmed; for NodePortNotAssigned, programmed without that node port), by reason; see proxy/model/REASONS.md."}, []string{"reason"}),
 		last:          prometheus.NewGauge(prometheus.GaugeOpts{Name: LastSyncTimestamp, Help: "Unix time of the last successful sync."}),
-		kpSync:        histogram(KubeProxySync, "kube-proxy compatible: sync duration (any kind)."),
-		kpFull:        histogram(KubeProxyFullSync, "kube-proxy compatible: full sync duration."),
-		kpPartial:     histogram(KubeProxyPartialSync, "kube-proxy compatible: partial sync duration."),
-		kpProgramming: histogram(KubeProxyProgramming, "kube-proxy compatible: network programming latency."),
-		kpLast:        prometheus.NewGauge(prometheus.GaugeOpts{Name: KubeProxyLastTimestamp, Help: "kube-proxy compatible: last successful sync time."}),
-		kpFailures:    prometheus.NewCounter(prometheus.CounterOpts{Name: KubeProxySyncFailures, Help: "kube-proxy compatible: failed syncs."}),
+		kpSync:        familyHistogram(KubeProxySync, "kube-proxy compatible: sync duration (any kind), by family."),
+		kpFull:        familyHistogram(KubeProxyFullSync, "kube-proxy compatible: full sync duration, by family."),
+		kpPartial:     familyHistogram(KubeProxyPartialSync, "kube-proxy compatible: partial sync duration, by family."),
+		kpProgramming: familyHistogram(KubeProxyProgramming, "kube-proxy compatible: network programming latency, by family."),
+		kpLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastTimestamp,
+			Help: "kube-proxy compatible: last successful sync time, by family."}, []string{ipFamily}),
+		kpLastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastQueued,
+			Help: "kube-proxy compatible: last time a change queued a sync, by family."}, []string{ipFamily}),
+		kpFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxySyncFailures,
+			Help: "kube-proxy compatible: failed syncs, by family."}, []string{ipFamily}),
+	}
+	for _, f := range families {
+		l := familyLabel(f)
+		m.families = append(m.families, l)
+		m.kpFailures.WithLabelValues(l)
 	}
 	for _, r := range reasons {
 		m.invalid.WithLabelValues(r)
@@ -102,11 +131,10 @@ func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
 	}
 	m.changes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServiceChanges,
 		Help: "Service changes (a Service or its endpoints added, changed or removed) taken by syncs."}, nil)
-	m.kpChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyChanges, Help: "kube-proxy compatible: service changes."}, nil)
 	m.healthz = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyHealthz, Help: "kube-proxy compatible: /healthz answers by HTTP code."}, []string{"code"})
 	m.livez = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyLivez, Help: "kube-proxy compatible: /livez answers by HTTP code."}, []string{"code"})
 	cs := []prometheus.Collector{m.duration, m.failures, m.ops, m.bytes, m.programming, m.repairs, m.objects, m.invalid, m.last,
-		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpFailures, m.changes, m.kpChanges, m.healthz, m.livez}
+		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpLastQueued, m.kpFailures, m.changes, m.healthz, m.livez}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -119,23 +147,17 @@ func NewProxy(reg prometheus.Registerer, reasons []string) (*Proxy, error) {
 	return m, nil
 }
 
-// WatchPending exports pending(), the number of Service changes waiting for the sync loop, as
-// nftproxy_service_changes_pending (and kube-proxy's name).
+// WatchPending exports pending(), the number of Services whose model changed and waits for the
+// sync loop, as nftproxy_service_changes_pending (kube-proxy's names: WatchChanges).
 func (m *Proxy) WatchPending(pending func() int) error {
-	for _, name := range []string{ServiceChangesPending, KubeProxyChangesPend} {
-		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: "Service changes seen and not yet taken by a sync."},
-			func() float64 { return float64(pending()) })
-		if err := m.reg.Register(g); err != nil {
-			return err
-		}
-	}
-	return nil
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: ServiceChangesPending, Help: "Services whose model changed (the Service or its endpoints) and not yet taken by a sync."},
+		func() float64 { return float64(pending()) })
+	return m.reg.Register(g)
 }
 
 // Changed counts Service changes taken by a sync (proxier.Observer).
 func (m *Proxy) Changed(n int) {
 	m.changes.WithLabelValues().Add(float64(n))
-	m.kpChanges.WithLabelValues().Add(float64(n))
 }
 
 // Served counts health answers (health.State.Served).
@@ -154,11 +176,15 @@ func (m *Proxy) Synced(full bool, d time.Duration, res reconciler.Result, err er
 		kind, kp = "full", m.kpFull
 	}
 	m.duration.WithLabelValues(kind).Observe(d.Seconds())
-	m.kpSync.Observe(d.Seconds())
-	kp.Observe(d.Seconds())
+	for _, f := range m.families {
+		m.kpSync.WithLabelValues(f).Observe(d.Seconds())
+		kp.WithLabelValues(f).Observe(d.Seconds())
+	}
 	if err != nil {
 		m.failures.Inc()
-		m.kpFailures.Inc()
+		for _, f := range m.families {
+			m.kpFailures.WithLabelValues(f).Inc()
+		}
 		return
 	}
 	m.ops.Add(float64(res.Ops))
@@ -173,13 +199,25 @@ func (m *Proxy) Synced(full bool, d time.Duration, res reconciler.Result, err er
 	}
 	now := float64(time.Now().UnixNano()) / 1e9
 	m.last.Set(now)
-	m.kpLast.Set(now)
+	for _, f := range m.families {
+		m.kpLast.WithLabelValues(f).Set(now)
+	}
+}
+
+// Queued records that a change queued a sync (kube-proxy's last-queued timestamp).
+func (m *Proxy) Queued() {
+	now := float64(time.Now().UnixNano()) / 1e9
+	for _, f := range m.families {
+		m.kpLastQueued.WithLabelValues(f).Set(now)
+	}
 }
 
 // Programmed implements proxier.Observer.
 func (m *Proxy) Programmed(latency time.Duration) {
 	m.programming.Observe(latency.Seconds())
-	m.kpProgramming.Observe(latency.Seconds())
+	for _, f := range m.families {
+		m.kpProgramming.WithLabelValues(f).Observe(latency.Seconds())
+	}
 }
 
 // Rejected counts a Service rejected for reason.

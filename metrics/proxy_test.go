@@ -32,7 +32,7 @@ func TestProxyMetrics(t *testing.T) {
 		case SyncFailures:
 			c = m.failures
 		case KubeProxySyncFailures:
-			c = m.kpFailures
+			c = m.kpFailures.WithLabelValues("IPv6")
 		case SyncOps:
 			c = m.ops
 		case SyncBytes:
@@ -51,8 +51,8 @@ func TestProxyMetrics(t *testing.T) {
 		t.Errorf("invalid services = %v, want 1", got)
 	}
 	n, err := testutil.GatherAndCount(reg, SyncDuration, KubeProxySync, KubeProxyProgramming, NetworkProgramming)
-	if err != nil || n != 5 {
-		t.Errorf("gathered %d series (err %v), want 5 (2 kinds + 3 plain histograms)", n, err)
+	if err != nil || n != 7 {
+		t.Errorf("gathered %d series (err %v), want 7 (2 kinds, 2 families of each kube-proxy histogram, 1 plain)", n, err)
 	}
 	if lint, err := testutil.GatherAndLint(reg); err != nil || len(lint) > 0 {
 		t.Errorf("metric lint problems: %v %v", lint, err)
@@ -74,14 +74,13 @@ func TestProxyMetrics(t *testing.T) {
 		{"healthz 503", m.healthz.WithLabelValues("503"), 1},
 		{"livez 200", m.livez.WithLabelValues("200"), 1},
 		{"changes", m.changes.WithLabelValues(), 3},
-		{"kube-proxy changes", m.kpChanges.WithLabelValues(), 3},
 	} {
 		if got := testutil.ToFloat64(c.c); got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if n, err := testutil.GatherAndCount(reg, ServiceChangesPending, KubeProxyChangesPend); err != nil || n != 2 {
-		t.Errorf("pending gauges: %d series (err %v), want 2", n, err)
+	if n, err := testutil.GatherAndCount(reg, ServiceChangesPending); err != nil || n != 1 {
+		t.Errorf("pending gauge: %d series (err %v), want 1", n, err)
 	}
 	if _, err := NewProxy(reg, nil); err == nil {
 		t.Error("registering twice on one registry succeeded")

@@ -61,6 +61,7 @@ type Tracker struct {
 	changed     map[ServiceKey]bool
 	nodeChanged bool
 	since       time.Time
+	counts      changeCounter // kube-proxy's change metrics (ChangeCounts)
 }
 
 type trackedService struct {
@@ -143,8 +144,10 @@ func (t *Tracker) upsertService(svc *corev1.Service, invalid *Rejection) {
 			ts = &trackedService{}
 			t.services[key] = ts
 		} else if ts.obj != nil && reflect.DeepEqual(ts.invalid, invalid) && equality.Semantic.DeepEqual(ts.obj, svc) {
+			t.counts.countService(key, false)
 			return nil
 		}
+		t.counts.countService(key, true)
 		ts.obj, ts.invalid = svc, invalid
 		return t.recompute([]ServiceKey{key})
 	})
@@ -154,6 +157,7 @@ func (t *Tracker) upsertService(svc *corev1.Service, invalid *Rejection) {
 func (t *Tracker) DeleteService(key ServiceKey) {
 	t.update(func() []rejectionEvent {
 		ts := t.services[key]
+		t.counts.countService(key, ts != nil && ts.obj != nil)
 		if ts == nil || ts.obj == nil {
 			return nil
 		}
@@ -169,12 +173,16 @@ func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 		return
 	}
 	id := ServiceKey{Namespace: s.Namespace, Name: s.Name}
+	counted := countedSlice(s)
 	t.update(func() []rejectionEvent {
 		var affected []ServiceKey
 		oldOwner, hadOld := t.owners[id]
 		if hadOld {
 			old := t.slices[oldOwner][s.Name]
 			if equality.Semantic.DeepEqual(old, s) {
+				if counted {
+					t.counts.countSlice(false)
+				}
 				return nil
 			}
 			t.removeSlice(id, oldOwner)
@@ -190,6 +198,9 @@ func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 				affected = append(affected, owner)
 			}
 		}
+		if counted {
+			t.counts.countSlice(true)
+		}
 		return t.recompute(affected)
 	})
 }
@@ -201,6 +212,9 @@ func (t *Tracker) DeleteEndpointSlice(namespace, name string) {
 		owner, ok := t.owners[id]
 		if !ok {
 			return nil
+		}
+		if countedSlice(t.slices[owner][name]) {
+			t.counts.countSlice(true)
 		}
 		t.removeSlice(id, owner)
 		return t.recompute([]ServiceKey{owner})
@@ -483,6 +497,7 @@ func (t *Tracker) TakeChanges() Changes {
 	t.changed = map[ServiceKey]bool{}
 	t.nodeChanged = false
 	t.since = time.Time{}
+	t.counts.taken()
 	return c
 }
 

@@ -139,7 +139,7 @@ func TestBadAnnotationMakesOneEvent(t *testing.T) {
 // (bench/README.md, "Sync pacing"; `-pacing-sizes 100` for a quiet cluster).
 func TestNetworkProgrammingIsObserved(t *testing.T) {
 	e := newEnv(t, nil)
-	series := []string{"nftproxy_network_programming_duration_seconds_count", "kubeproxy_network_programming_duration_seconds_count"}
+	series := []string{"nftproxy_network_programming_duration_seconds_count", `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`}
 	// counts reads both series' observation counts; an error until /metrics serves.
 	counts := func() ([]float64, error) {
 		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")

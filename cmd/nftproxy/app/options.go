@@ -40,6 +40,7 @@ type Options struct {
 	DriftEvents    bool
 	HealthzAddress string
 	MetricsAddress string
+	Profiling      bool
 	HealthzTimeout time.Duration
 	Verbosity      int
 	StateDir       string
@@ -149,6 +150,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.BoolVar(&o.DriftEvents, "drift-events", true, "watch nftables events and repair another process's changes to our tables (nft flush ruleset, a deleted element) at once, not only at the next --full-sync-period; changes to other tables are ignored")
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address, as kube-proxy's --profiling; off by default, since profiles show the process's internals to whoever reaches that address")
 	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
 }
 

@@ -19,8 +19,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/metrics"
@@ -53,8 +51,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	defer boundShutdown(ctx, stderr)()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pm, err := metrics.NewProxy(reg, model.AllReasons())
+	if err := registerComponentMetrics(reg); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	pm, err := metrics.NewProxy(reg, model.AllReasons(), families(builders)...)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
@@ -79,6 +79,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	tracker.SetLocalAddresses(localAddrs)
 	if err := pm.WatchPending(tracker.Pending); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := watchModel(pm, tracker, builders); err != nil {
 		return fmt.Errorf("register metrics: %w", err)
 	}
 
@@ -167,8 +170,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		defer watchDrift(ctx, log, kernel, builders, runner, dm, rc.FullSyncPeriod)()
 	}
 	watchErr := make(chan error, 1)
-	go func() { watchErr <- src.Run(ctx, tracker, runner.Notify) }()
-	go watchNodeAddresses(ctx, log, tracker, runner.Notify)
+	notify := queuing(pm, tracker, runner.Notify)
+	go func() { watchErr <- src.Run(ctx, tracker, notify) }()
+	go watchNodeAddresses(ctx, log, tracker, notify)
 	if err := watchLocalPorts(ctx, &o, log, tracker, reg); err != nil {
 		return err
 	}
@@ -344,12 +348,12 @@ func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Regist
 	}
 	hmux := http.NewServeMux()
 	hs.Register(hmux)
-	mmux := http.NewServeMux()
-	mmux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mmux := metricsMux(o, reg)
 	mmux.Handle(explain.RejectionsPath, status)
 	if o.HealthzAddress != "" && o.HealthzAddress == o.MetricsAddress {
 		hmux.Handle("/metrics", mmux)
 		hmux.Handle(explain.RejectionsPath, mmux)
+		hmux.Handle(pprofPath, mmux)
 		if err := start(o.HealthzAddress, hmux, "health and metrics"); err != nil {
 			return nil, err
 		}
