@@ -34,6 +34,8 @@ const (
 	User = "65532:65532"
 	// Package is what the image's binary is built from.
 	Package = "github.com/nftproxy/nftproxy/cmd/nftproxy"
+	// DefaultRepo is where the image is published; deploy/'s kustomizations name it.
+	DefaultRepo = "ghcr.io/nftproxy/nftproxy"
 	// VersionVar is the variable `nftproxy version` prints, set with -ldflags -X.
 	VersionVar = "github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version"
 )

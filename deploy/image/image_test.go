@@ -6,6 +6,8 @@ import (
 	"debug/elf"
 	"errors"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -29,7 +34,8 @@ var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_
 // linux/arm64, each image starting /nftproxy as the nonroot user with the version in its
 // labels, holding a static binary of its own architecture and nothing but /etc/passwd and
 // /etc/group beside it; the amd64 binary, run, prints the stamped version. The OCI archive
-// holds the same layout. A cold build compiles the tree twice (minutes on 2 cores); Go's build
+// holds the same layout, and the index pushed to a registry (in memory, on loopback) is pulled
+// back per platform. A cold build compiles the tree twice (minutes on 2 cores); Go's build
 // cache, outside the repository, makes later runs take seconds.
 func TestImage(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
@@ -90,6 +96,35 @@ func TestImage(t *testing.T) {
 		t.Errorf("index annotations: got %v, want %s=%s", im.Annotations, LabelVersion, version)
 	}
 	checkArchive(t, archive, tm.Manifests[0].Digest)
+	checkPush(t, idx, version)
+}
+
+// checkPush does what `crane push bin/image REF` does (remote.WriteIndex) against an
+// in-memory registry on loopback, then pulls each platform as a node would.
+func checkPush(t *testing.T, idx v1.ImageIndex, tag string) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref, err := name.ParseReference(strings.TrimPrefix(srv.URL, "http://")+"/nftproxy:"+tag, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		img, err := remote.Image(ref, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))
+		if err != nil {
+			t.Fatalf("pull %s for linux/%s: %v", ref, arch, err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Architecture != arch || cf.Config.Labels[LabelVersion] != tag {
+			t.Errorf("pulled linux/%s: got %s with labels %v", arch, cf.Architecture, cf.Config.Labels)
+		}
+	}
 }
 
 // checkImage inspects one platform's image: config, files, the binary.

@@ -22,7 +22,7 @@ func main() {
 	)
 	flag.StringVar(&c.Version, "version", "dev", "version stamped into the binary and the labels (make: git describe --always --dirty)")
 	flag.StringVar(&c.Revision, "revision", "", "source commit for the org.opencontainers.image.revision label")
-	flag.StringVar(&c.Ref, "ref", "", "the image's reference REGISTRY/REPO:TAG (names it in the layout; nothing is pushed)")
+	flag.StringVar(&c.Ref, "ref", "", "the image's reference REGISTRY/REPO:TAG (names it in the layout; nothing is pushed); default "+DefaultRepo+":VERSION")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "platforms to build, comma-separated")
 	flag.StringVar(&c.Out, "out", "bin/image", "OCI image-layout directory to write (replaced if it holds a layout)")
 	flag.StringVar(&c.Tarball, "tarball", "", "also write the layout as this tar (an OCI archive); empty: none")
@@ -32,7 +32,7 @@ func main() {
 		fail(fmt.Errorf("unexpected arguments %q: every setting is a flag", flag.Args()))
 	}
 	if c.Ref == "" {
-		c.Ref = "ghcr.io/nftproxy/nftproxy:" + c.Version
+		c.Ref = DefaultRepo + ":" + c.Version
 	}
 	var err error
 	if c.Platforms, err = ParsePlatforms(platforms); err != nil {
