@@ -83,6 +83,9 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	if err := WatchHealth(reg, func() bool { return true }); err != nil {
 		t.Fatal(err)
 	}
+	if err := WatchLeader(reg, func() bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	return reg
 }
 

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"strconv"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 func main() {
@@ -52,9 +54,19 @@ func main() {
 	if err := Build(ctx, c); err != nil {
 		fail(err)
 	}
+	fmt.Fprintf(os.Stderr, "push it with: crane push %s %s (or skopeo copy --all oci:%s:%s docker://%s)\n", c.Out, c.Ref, c.Out, tagOf(c.Ref), c.Ref)
 }
 
 func fail(err error) {
 	fmt.Fprintf(os.Stderr, "image: %v\n", err)
 	os.Exit(1)
+}
+
+// tagOf is the tag of a checked reference (the image's name in the layout).
+func tagOf(ref string) string {
+	t, err := name.NewTag(ref, name.StrictValidation)
+	if err != nil {
+		return "TAG"
+	}
+	return t.TagStr()
 }
