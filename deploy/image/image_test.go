@@ -263,11 +263,13 @@ func TestConfigRefused(t *testing.T) {
 		"no platforms":          func(c *Config) { c.Platforms = nil },
 	}
 	for name, mod := range cases {
-		c := ok
-		mod(&c)
-		if err := Build(context.Background(), c); err == nil {
-			t.Errorf("%s: built, want a refusal", name)
-		}
+		t.Run(name, func(t *testing.T) {
+			c := ok
+			mod(&c)
+			if err := Build(context.Background(), c); err == nil {
+				t.Errorf("built %+v, want a refusal", c)
+			}
+		})
 	}
 	if _, err := ParsePlatforms("darwin/arm64"); err == nil {
 		t.Error("darwin/arm64 accepted; nftproxy only runs on Linux")

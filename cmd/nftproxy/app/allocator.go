@@ -198,7 +198,7 @@ func allocatorCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	_, stopServers, err := serveAllocator(log, o.HealthzAddress, o.MetricsAddress, c, reg)
+	_, stopServers, err := serveAllocator(log, o.HealthzAddress, o.MetricsAddress, allocatorListenRetry, c, reg)
 	if err != nil {
 		return err
 	}

@@ -89,16 +89,16 @@ func allocatorRegistry(isLeader func() bool) (*prometheus.Registry, *metrics.All
 	return reg, am, nil
 }
 
-// allocatorListenRetry is how often a port in use is tried again.
-var allocatorListenRetry = 5 * time.Second
+// allocatorListenRetry is how often `nftproxy allocator` tries a port in use again.
+const allocatorListenRetry = 5 * time.Second
 
 // serveAllocator opens the health and metrics listeners (one when the addresses are equal, none
 // for an empty address) and returns the addresses bound at once (for ":0") and a function that
-// stops the servers. A port in use is logged and retried, not fatal: the pods use the host
+// stops the servers. A port in use is logged and tried again every retry, not fatal: the pods use the host
 // network and two replicas may share a node (one-node clusters; the anti-affinity is only
 // preferred, since a required one would block a rollout there). Until the first replica leaves,
 // the second's probes reach the first's listener, which answers for a live replica too.
-func serveAllocator(log logr.Logger, healthzAddr, metricsAddr string, st electionState, reg *prometheus.Registry) ([]net.Addr, func(), error) {
+func serveAllocator(log logr.Logger, healthzAddr, metricsAddr string, retry time.Duration, st electionState, reg *prometheus.Registry) ([]net.Addr, func(), error) {
 	type listener struct {
 		addr          string
 		health, metrs bool
@@ -164,10 +164,9 @@ func serveAllocator(log logr.Logger, healthzAddr, metricsAddr string, st electio
 			stop()
 			return nil, nil, fmt.Errorf("listen on %s: %w (change --healthz-bind-address or --metrics-bind-address, or set it empty to disable)", l.addr, err)
 		}
-		log.Error(err, "Port in use, trying again every few seconds (another replica on this node?)", "address", l.addr,
-			"retry", allocatorListenRetry)
+		log.Error(err, "Port in use, trying again (another replica on this node?)", "address", l.addr, "every", retry)
 		go func() {
-			t := time.NewTicker(allocatorListenRetry)
+			t := time.NewTicker(retry)
 			defer t.Stop()
 			for {
 				select {

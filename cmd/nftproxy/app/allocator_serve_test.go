@@ -45,7 +45,7 @@ func TestAllocatorEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, stop, err := serveAllocator(logr.Discard(), "127.0.0.1:0", "127.0.0.2:0", c, reg)
+	addrs, stop, err := serveAllocator(logr.Discard(), "127.0.0.1:0", "127.0.0.2:0", time.Second, c, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAllocatorServeOneAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, stop, err := serveAllocator(logr.Discard(), "127.0.0.1:0", "127.0.0.1:0", c, reg)
+	addrs, stop, err := serveAllocator(logr.Discard(), "127.0.0.1:0", "127.0.0.1:0", time.Second, c, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +122,7 @@ func TestAllocatorServeOneAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := taken.Addr().String()
-	allocatorListenRetry = 50 * time.Millisecond
-	defer func() { allocatorListenRetry = 5 * time.Second }()
-	bound, stop2, err := serveAllocator(logr.Discard(), addr, "", c, reg)
+	bound, stop2, err := serveAllocator(logr.Discard(), addr, "", 50*time.Millisecond, c, reg)
 	if err != nil || len(bound) != 0 {
 		t.Fatalf("port in use: got %v, %v; want no error and nothing bound yet", bound, err)
 	}
@@ -141,7 +139,7 @@ func TestAllocatorServeOneAddress(t *testing.T) {
 	if err != nil {
 		t.Errorf("the freed port %s was never served: %v", addr, err)
 	}
-	if _, _, err := serveAllocator(logr.Discard(), "203.0.113.1:1", "", c, reg); err == nil ||
+	if _, _, err := serveAllocator(logr.Discard(), "203.0.113.1:1", "", time.Second, c, reg); err == nil ||
 		!strings.Contains(err.Error(), "--healthz-bind-address") {
 		t.Errorf("an address not on this host: got %v, want an error naming the flag", err)
 	}
