@@ -4,14 +4,22 @@ BIN     := bin/nftproxy
 PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
+IMAGE   ?= ghcr.io/nftproxy/nftproxy:$(VERSION)
 
-.PHONY: all build deps cluster-tools test unit lint e2e soak bench demo clean
+.PHONY: all build image deps cluster-tools test unit lint e2e soak bench demo clean
 
 all: build
 
-## build: the nftproxy binary (static, no cgo)
+## build: the nftproxy binary (static, no cgo; -trimpath as the image's, so they share Go's build cache)
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nftproxy
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nftproxy
+
+## image: the multi-arch (linux/amd64, linux/arm64) OCI image, FROM scratch, without a container
+## engine: the layout bin/image and the archive bin/nftproxy-image.tar; nothing is pushed
+## (deploy/README.md#the-image). IMAGE=REGISTRY/REPO:TAG names it.
+image:
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) $(GO) run ./deploy/image \
+		-version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" -ref $(IMAGE) -out bin/image -tarball bin/nftproxy-image.tar
 
 ## deps: system packages the kernel/e2e tiers and the demo use (nftables, iproute2, conntrack)
 deps:

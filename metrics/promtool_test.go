@@ -102,6 +102,9 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	if _, err := NewRESTClient(reg); err != nil {
 		t.Fatal(err)
 	}
+	if err := WatchLeader(reg, func() bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	return reg
 }
 

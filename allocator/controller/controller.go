@@ -35,6 +35,10 @@ const (
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 	DefaultResyncPeriod  = 10 * time.Minute
+	// WatchdogTolerance is how long past its Lease's expiry a replica that still believes it
+	// leads is reported not alive (Alive): it has stopped renewing without stepping down, which
+	// only a stuck process does (kube-controller-manager's tolerance).
+	WatchdogTolerance = 20 * time.Second
 	// FieldManager names the controller in the Services' managedFields and is the Events'
 	// reporting controller.
 	FieldManager = "nftproxy-allocator"
@@ -74,6 +78,10 @@ type Config struct {
 type Controller struct {
 	cfg    Config
 	leader atomic.Bool
+	// observed is the holder of the Lease as last seen (nil: the Lease was never read).
+	observed atomic.Pointer[string]
+	// watchdog checks the current elector: a leader past its Lease is stuck.
+	watchdog *leaderelection.HealthzAdaptor
 	// mu guards cur, the running leader session (nil while not leading).
 	mu  sync.Mutex
 	cur *session
@@ -109,11 +117,28 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("allocator controller: renew deadline %s must be shorter than the lease duration %s, "+
 			"or a stalled leader could still act when another takes over", cfg.RenewDeadline, cfg.LeaseDuration)
 	}
-	return &Controller{cfg: cfg}, nil
+	return &Controller{cfg: cfg, watchdog: leaderelection.NewLeaderHealthzAdaptor(WatchdogTolerance)}, nil
 }
 
 // IsLeader reports whether this replica leads now.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// Leader returns the Lease's holder as this replica last saw it, and false until it has read
+// the Lease once (it has not reached the API server yet). Readiness follows it: a replica that
+// knows the leader takes part in the election. An API server lost later does not clear it.
+func (c *Controller) Leader() (string, bool) {
+	p := c.observed.Load()
+	if p == nil {
+		return "", false
+	}
+	return *p, true
+}
+
+// Alive returns an error when this replica believes it leads while its Lease expired more
+// than WatchdogTolerance ago: its renew loop is stuck, and only a restart frees the Lease
+// promptly. A replica that lost the Lease (the API server unreachable) steps down and stays
+// alive: a control-plane outage must not become a restart loop.
+func (c *Controller) Alive() error { return c.watchdog.Check(nil) }
 
 // Snapshot returns the current leader's allocation and true, or false while not leading. It is
 // meant for status output and tests.
@@ -157,6 +182,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			RenewDeadline: c.cfg.RenewDeadline,
 			RetryPeriod:   c.cfg.RetryPeriod,
 			Name:          c.cfg.LeaseName,
+			WatchDog:      c.watchdog,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
 					if !r.enter() {
@@ -171,6 +197,7 @@ func (c *Controller) Run(ctx context.Context) error {
 				},
 				OnStoppedLeading: func() { log.Info("Not leading") },
 				OnNewLeader: func(id string) {
+					c.observed.Store(&id)
 					if id != c.cfg.Identity {
 						log.Info("Another replica leads", "leader", id)
 					}

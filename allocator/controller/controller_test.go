@@ -110,3 +110,33 @@ func TestRunHandsOver(t *testing.T) {
 		t.Errorf("new leader's allocation: got %+v (leading %v), want both blocks", snap, ok)
 	}
 }
+
+// TestLeaderObserved: a replica knows no leader (not ready) until it has read the Lease, then
+// names the holder; a leader that renews is alive.
+func TestLeaderObserved(t *testing.T) {
+	cs := fake.NewClientset()
+	c, err := New(Config{Client: cs, BlockRange: testBlockRange, Identity: "a", LeaseNamespace: "kube-system",
+		LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+		Events: &recorder{}, Logger: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := c.Leader(); ok {
+		t.Fatalf("before Run: leader %q known, want none", id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		id, ok := c.Leader()
+		return ok && id == "a" && c.IsLeader(), nil
+	})
+	if err != nil {
+		id, ok := c.Leader()
+		t.Fatalf("Leader: got %q, %v (leading %v), want a, true", id, ok, c.IsLeader())
+	}
+	if err := c.Alive(); err != nil {
+		t.Errorf("a renewing leader is not alive: %v", err)
+	}
+}

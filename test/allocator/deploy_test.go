@@ -151,12 +151,30 @@ func TestManifestsMatchTheFlags(t *testing.T) {
 	}
 	known := []string{"kubeconfig", "master", "range-node-port-range", "service-node-port-range", "ip-local-port-range",
 		"ip-local-reserved-ports", "service-proxy-name", "lease-namespace", "lease-name", "identity",
-		"leader-elect-lease-duration", "leader-elect-renew-deadline", "leader-elect-retry-period", "v"}
+		"leader-elect-lease-duration", "leader-elect-renew-deadline", "leader-elect-retry-period", "v",
+		"healthz-bind-address", "metrics-bind-address"}
+	healthzPort := ""
 	for _, a := range ctr.Args[1:] {
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if !slices.Contains(known, name) {
 			t.Errorf("Deployment passes %q; `nftproxy allocator` has no flag %q", a, name)
 		}
+		if name == "healthz-bind-address" {
+			_, healthzPort, _ = strings.Cut(val, ":")
+		}
+	}
+	// The probes reach the health listener: the port the Deployment gives it.
+	for what, p := range map[string]*corev1.Probe{"liveness": ctr.LivenessProbe, "readiness": ctr.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("Deployment has no HTTP %s probe", what)
+			continue
+		}
+		if got := p.HTTPGet.Port.String(); healthzPort == "" || got != healthzPort {
+			t.Errorf("%s probe on port %s, --healthz-bind-address port %q: want the same", what, got, healthzPort)
+		}
+	}
+	if p := ctr.LivenessProbe; p != nil && p.HTTPGet != nil && p.HTTPGet.Path != "/livez" {
+		t.Errorf("liveness probe path %s, want /livez (/healthz is readiness)", p.HTTPGet.Path)
 	}
 	for _, e := range ctr.Env {
 		if ref := e.ValueFrom; ref != nil && ref.ConfigMapKeyRef != nil {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/allocator/controller"
 	"github.com/nftproxy/nftproxy/allocator/policy"
+	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/proxy/localports"
 )
 
@@ -37,6 +39,8 @@ type allocatorOptions struct {
 	LeaseDuration  time.Duration
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
+	HealthzAddress string
+	MetricsAddress string
 	Verbosity      int
 }
 
@@ -60,6 +64,11 @@ func (o *allocatorOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a waiting replica waits after the leader's last renewal before it takes over")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", controller.DefaultRenewDeadline, "how long the leader keeps acting without renewing; must be shorter than the lease duration")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", controller.DefaultRetryPeriod, "how often replicas try to acquire or renew the Lease")
+	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", DefaultAllocatorHealthzAddress,
+		"IP:PORT serving /livez (fails only for a replica stuck leading past its Lease) and /healthz (ready once the Lease was read: "+
+			"the replica knows the leader); empty: disabled")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", DefaultAllocatorMetricsAddress,
+		"IP:PORT serving /metrics ("+metrics.AllocatorLeader+", the node-port allocator's numbers); equal to --healthz-bind-address: one listener; empty: disabled")
 	fs.IntVar(&o.Verbosity, "v", 0, "log verbosity (0: assignments and problems; 1: releases and retries)")
 }
 
@@ -89,6 +98,14 @@ func parseAllocatorFlags(args []string, stderr io.Writer) (*allocatorOptions, er
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Errorf("unexpected arguments %q: every setting is a flag", strings.Join(fs.Args(), " "))}
+	}
+	for _, a := range []struct{ flag, addr string }{{"--healthz-bind-address", o.HealthzAddress}, {"--metrics-bind-address", o.MetricsAddress}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return nil, usageError{fmt.Errorf("%s %q: %w (want IP:PORT, e.g. 0.0.0.0:10251; empty disables it)", a.flag, a.addr, err)}
+		}
 	}
 	if o.ReservedPorts != "" && o.LocalPortRange == "" {
 		return nil, usageError{errors.New("--ip-local-reserved-ports needs --ip-local-port-range (without it both are read from the node)")}
@@ -167,15 +184,25 @@ func allocatorCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("API client for %s: %w", cfg.Host, err)
 	}
-	c, err := controller.New(controller.Config{
+	var c *controller.Controller
+	reg, am, err := allocatorRegistry(func() bool { return c != nil && c.IsLeader() })
+	if err != nil {
+		return err
+	}
+	c, err = controller.New(controller.Config{
 		Client: client, BlockRange: blocks, ProxyName: o.ProxyName, Identity: id,
 		LeaseNamespace: o.LeaseNamespace, LeaseName: o.LeaseName,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		Logger: log,
+		Observer: am, Logger: log,
 	})
 	if err != nil {
 		return usageError{err}
 	}
+	_, stopServers, err := serveAllocator(log, o.HealthzAddress, o.MetricsAddress, allocatorListenRetry, c, reg)
+	if err != nil {
+		return err
+	}
+	defer stopServers()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("Starting", "version", Version, "identity", id, "blockRange", blocks.String(), "server", cfg.Host,

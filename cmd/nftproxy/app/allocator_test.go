@@ -27,6 +27,8 @@ func TestAllocatorFlagErrors(t *testing.T) {
 		{name: "reserved ports without the range", args: []string{"--ip-local-reserved-ports=40000-40999"},
 			errHas: "needs --ip-local-port-range"},
 		{name: "stray argument", args: []string{"now"}, errHas: "unexpected arguments"},
+		{name: "healthz address without port", args: []string{"--healthz-bind-address=0.0.0.0"}, errHas: "--healthz-bind-address"},
+		{name: "metrics address without port", args: []string{"--metrics-bind-address=localhost"}, errHas: "--metrics-bind-address"},
 		{name: "renew deadline not below lease duration", args: []string{"--ip-local-port-range=32768-60999",
 			"--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s", "--master=https://127.0.0.1:1"},
 			errHas: "must be shorter than the lease duration"},
@@ -60,7 +62,8 @@ func TestAllocatorHelp(t *testing.T) {
 	if err := allocatorCmd([]string{"-h"}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: got %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"range-node-port-range", "service-node-port-range", "ip-local-port-range", "lease-namespace", "identity"} {
+	for _, f := range []string{"range-node-port-range", "service-node-port-range", "ip-local-port-range", "lease-namespace", "identity",
+		"healthz-bind-address", "metrics-bind-address"} {
 		if !strings.Contains(stderr.String(), "-"+f) {
 			t.Errorf("help does not explain --%s", f)
 		}
