@@ -65,10 +65,12 @@ func (o *Options) applyConfigFile(fs *flag.FlagSet, scope flagScope) error {
 	fs.VisitAll(func(f *flag.Flag) {
 		src := "default"
 		switch {
-		case given[f.Name]:
+		case given[f.Name] || given[aliases[f.Name]]:
 			src = "command line"
 		case source[f.Name] != "":
 			src = source[f.Name]
+		case source[aliases[f.Name]] != "":
+			src = source[aliases[f.Name]]
 		}
 		r.effective = append(r.effective, fmt.Sprintf("--%s=%s (%s)", f.Name, f.Value.String(), src))
 	})
@@ -99,6 +101,11 @@ func (o *Options) logConfig(log logr.Logger) {
 			"tcpBeLiberal", c.TCPBeLiberal, "udpTimeout", c.UDPTimeout, "udpStreamTimeout", c.UDPStreamTimeout)
 	}
 	log.Info("effective configuration", "flags", strings.Join(r.effective, " "))
+	if o.Manifests == "" && o.Kubeconfig == "" && o.Master == "" && inCluster() && o.ProxyName == "" {
+		log.Info("WARNING: the API server is reached through the kubernetes Service's ClusterIP (in-cluster config), which needs a working service proxy. " +
+			"Where nftproxy replaces kube-proxy, a new node has none and nftproxy cannot start: give the API server's address " +
+			"(--master, the ConfigMap's api-server) or a kubeconfig naming it (--kubeconfig, or kubeadm's kube-proxy ConfigMap through --config)")
+	}
 }
 
 // warnNoClusterTraffic says loudly what an empty cluster CIDR turns off: without it nftproxy
