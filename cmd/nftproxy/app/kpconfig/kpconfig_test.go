@@ -207,3 +207,40 @@ func TestConntrack(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
+
+// TestREADMENamesEveryField: the README's table of kube-proxy's flags and fields names every
+// field of KubeProxyConfiguration (one level into its sections), so none is left undocumented.
+func TestREADMENamesEveryField(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fieldPaths(reflect.TypeOf(v1alpha1.KubeProxyConfiguration{}), "", 0) {
+		if !strings.Contains(string(readme), "`"+f+"`") {
+			t.Errorf("README.md's kube-proxy table does not name `%s`", f)
+		}
+	}
+}
+
+// fieldPaths lists the JSON paths of t's fields, descending into sections (structs other than
+// durations and quantities) once.
+func fieldPaths(t reflect.Type, prefix string, depth int) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue // TypeMeta (apiVersion, kind) and unexported
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && depth == 0 && ft.PkgPath() != "k8s.io/apimachinery/pkg/apis/meta/v1" {
+			out = append(out, fieldPaths(ft, prefix+name+".", depth+1)...)
+			continue
+		}
+		out = append(out, prefix+name)
+	}
+	return out
+}
