@@ -222,3 +222,39 @@ status: {addresses: [{type: InternalIP, address: 198.18.0.2}]}
 		t.Errorf("missing Node: %v", err)
 	}
 }
+
+// TestRenderNodeCIDRAndPrimary: --detect-local-mode NodeCIDR makes the Node's spec.podCIDRs the
+// cluster's traffic (not --cluster-cidr), and --nodeport-addresses primary serves node ports on
+// the Node's first InternalIP only, not on its other addresses.
+func TestRenderNodeCIDRAndPrimary(t *testing.T) {
+	dir := t.TempDir()
+	manifests := `apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+spec: {podCIDRs: [198.18.200.0/24]}
+status: {addresses: [{type: InternalIP, address: 198.18.0.2}, {type: InternalIP, address: 198.18.0.3}, {type: ExternalIP, address: 198.18.9.9}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: np, namespace: default}
+spec: {type: NodePort, clusterIP: 198.19.0.60, ports: [{name: http, port: 80, nodePort: 30080}]}
+`
+	if err := os.WriteFile(filepath.Join(dir, "m.yaml"), []byte(manifests), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"render", "--manifests", dir, "--node-name", "node-a", "--ip-families", "ipv4", "--cluster-cidr", "198.18.128.0/17"}
+	_, before, errOut := run(base...)
+	if !strings.Contains(before, "198.18.128.0/17") || !strings.Contains(before, "198.18.0.3") || !strings.Contains(before, "198.18.9.9") {
+		t.Fatalf("without the flags: want --cluster-cidr and every node address in the ruleset:\n%s\n%s", before, errOut)
+	}
+	code, after, errOut := run(append(base, "--detect-local-mode", "NodeCIDR", "--nodeport-addresses", "primary")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(after, "198.18.200.0/24") || strings.Contains(after, "198.18.128.0/17") {
+		t.Errorf("NodeCIDR: want the Node's pod CIDR 198.18.200.0/24 instead of --cluster-cidr:\n%s", after)
+	}
+	if !strings.Contains(after, "198.18.0.2") || strings.Contains(after, "198.18.0.3") || strings.Contains(after, "198.18.9.9") {
+		t.Errorf("primary: want node ports on 198.18.0.2 only:\n%s", after)
+	}
+}
