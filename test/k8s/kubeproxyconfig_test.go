@@ -238,3 +238,34 @@ func effective(t *testing.T, out string) map[string]string {
 	t.Fatalf("no effective configuration in the log:\n%s", out)
 	return nil
 }
+
+// TestDetectLocalNodeCIDR: with --detect-local-mode NodeCIDR the daemon, with the DaemonSet's
+// RBAC (list, no get, on its Node), waits until its Node has spec.podCIDRs, as kube-proxy does,
+// and then treats that CIDR, not --cluster-cidr, as the cluster's traffic.
+func TestDetectLocalNodeCIDR(t *testing.T) {
+	e, objs := setupEnv(t, deployDir, nil, lab.Options{Pods: 1})
+	web := httpService("web", 11, 1)
+	e.createService(web)
+	e.start(append(daemonArgs(t, objs, fixture.NodeName), "--detect-local-mode=NodeCIDR"), true)
+	const podCIDR = "198.18.128.0/25" // inside --cluster-cidr (198.18.128.0/24), so only NodeCIDR puts it in the rules
+	e.waitUntil("the daemon waits for the Node's pod CIDRs", func() (bool, string) {
+		out := e.daemon.Output()
+		return strings.Contains(out, "the Node has no spec.podCIDRs yet"), out
+	})
+	if rs := e.ruleset(); strings.Contains(rs, marker(web)) {
+		t.Fatalf("programmed before the Node had pod CIDRs:\n%s", rs)
+	}
+	n, err := e.cs.CoreV1().Nodes().Get(e.ctx, fixture.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.PodCIDRs = []string{podCIDR}
+	if _, err := e.cs.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitProgrammed(web)
+	rs := e.ruleset()
+	if !strings.Contains(rs, podCIDR) || strings.Contains(rs, lab.PodCIDRv4+" ") {
+		t.Errorf("want the Node's %s as the cluster's traffic instead of --cluster-cidr %s:\n%s", podCIDR, lab.PodCIDRv4, rs)
+	}
+}
