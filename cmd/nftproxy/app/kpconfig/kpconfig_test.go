@@ -102,6 +102,10 @@ func TestTranslateEachField(t *testing.T) {
 		{"logging.options", func(c *v1alpha1.KubeProxyConfiguration) { c.Logging.Options.Text.SplitStream = true }, want{warn: "logging.options"}},
 		{"hostnameOverride", func(c *v1alpha1.KubeProxyConfiguration) { c.HostnameOverride = " Node-A " }, want{flag: "hostname-override", value: "node-a"}},
 		{"bindAddress specific", func(c *v1alpha1.KubeProxyConfiguration) { c.BindAddress = "10.0.0.5" }, want{warn: "bindAddress"}},
+		{"bindAddress with nodePortAddresses primary", func(c *v1alpha1.KubeProxyConfiguration) {
+			c.BindAddress = "10.0.0.5"
+			c.NodePortAddresses = []string{"primary"}
+		}, want{refuse: "bindAddress"}},
 		{"bindAddress invalid", func(c *v1alpha1.KubeProxyConfiguration) { c.BindAddress = "nope" }, want{refuse: "bindAddress"}},
 		{"bindAddress ipv6 picks v6 defaults", func(c *v1alpha1.KubeProxyConfiguration) { c.BindAddress = "::" }, want{flag: "metrics-bind-address", value: "[::1]:10249"}},
 		{"healthzBindAddress without port", func(c *v1alpha1.KubeProxyConfiguration) { c.HealthzBindAddress = "10.1.2.3" }, want{flag: "healthz-bind-address", value: "10.1.2.3:10256"}},

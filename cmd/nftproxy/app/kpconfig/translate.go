@@ -155,6 +155,9 @@ func (t *Translation) servers(c *v1alpha1.KubeProxyConfiguration) {
 			t.refuse("bindAddress", "%q is not an IP address", b)
 		case a.IsUnspecified():
 			v6 = a.Is6()
+		case len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary":
+			t.refuse("bindAddress", "%s with nodePortAddresses primary: kube-proxy would serve node ports on %s, nftproxy takes the primary address from the Node object; list it in nodePortAddresses instead (%s)",
+				b, b, netip.PrefixFrom(a, a.BitLen()))
 		default:
 			v6 = a.Is6()
 			t.warn("bindAddress", "not used as the node's IP (%s): nftproxy takes the node's addresses from its Node object and the kernel; it only chooses the family of the default healthz and metrics addresses", b)
