@@ -87,7 +87,7 @@ func (o *Options) logConfig(log logr.Logger) {
 	}
 	if r.file != "" {
 		for _, n := range r.warnings {
-			log.Info("WARNING: kube-proxy configuration field not applied", "file", r.file, "field", n.Field, "why", n.Why)
+			log.Info("WARNING: kube-proxy configuration field: nftproxy differs from kube-proxy here", "file", r.file, "field", n.Field, "why", n.Why)
 		}
 		for _, s := range r.overridden {
 			log.Info("kube-proxy configuration field overridden by the command line", "field", s.Field, "file", s.Value, "flag", "--"+s.Flag)
