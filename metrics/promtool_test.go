@@ -93,6 +93,11 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 		t.Fatal(err)
 	}
 	lp.Overlap(OverlapBlocks, 100)
+	ls, err := NewListeners(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.Up(ServerHealthz, false)
 	if err := WatchHealth(reg, func() bool { return true }); err != nil {
 		t.Fatal(err)
 	}

@@ -33,10 +33,16 @@ var deployDir = filepath.Join("..", "..", "deploy")
 // buildDeploy runs kustomize on deploy/ as `kubectl apply -k deploy/` would.
 func buildDeploy(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
+	return buildKustomization(t, deployDir)
+}
+
+// buildKustomization runs kustomize on dir as `kubectl apply -k DIR` would.
+func buildKustomization(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), deployDir)
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", deployDir, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range m.Resources() {

@@ -5,6 +5,7 @@ package k8s
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/test/cluster"
@@ -48,6 +50,11 @@ type env struct {
 	cs     kubernetes.Interface // admin, for the test's own writes
 	lab    *lab.Lab
 	daemon *lab.Process
+	// healthzAddr and metricsAddr are where the daemon listens in the node (its bind-address
+	// flags, a wildcard host replaced by loopback).
+	healthzAddr, metricsAddr string
+	// kubeconfig is the ServiceAccount's kubeconfig file (the DaemonSet's identity).
+	kubeconfig string
 }
 
 // newEnv starts an API server, applies the deploy/ base with config overrides (the lab's
@@ -62,13 +69,22 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 // newLabEnv is newEnv with a lab of the given shape (its pods' ports, for ranges and all-ports).
 func newLabEnv(t *testing.T, cfg map[string]string, opts lab.Options) *env {
 	t.Helper()
+	e, objs := setupEnv(t, deployDir, cfg, opts)
+	e.start(daemonArgs(t, objs, fixture.NodeName), true)
+	return e
+}
+
+// setupEnv is newLabEnv without the daemon: the kustomization dir built and applied (with the
+// ConfigMap overrides), the Node, the lab and the ServiceAccount's kubeconfig (e.kubeconfig).
+func setupEnv(t *testing.T, dir string, cfg map[string]string, opts lab.Options) (*env, []*unstructured.Unstructured) {
+	t.Helper()
 	netns.Skip(t)
 	c := cluster.Start(t, cluster.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitBound)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, cs: c.Client()}
 
-	objs := buildDeploy(t)
+	objs := buildKustomization(t, dir)
 	conf := map[string]string{
 		"cluster-cidr": lab.PodCIDRv4 + "," + lab.PodCIDRv6,
 		"service-cidr": lab.ServiceCIDRv4 + "," + lab.ServiceCIDRv6,
@@ -90,17 +106,26 @@ func newLabEnv(t *testing.T, cfg map[string]string, opts lab.Options) *env {
 		t.Fatalf("token for kube-system/nftproxy: %v", err)
 	}
 	sa := cluster.Access{CAData: c.Admin().CAData, Token: tr.Status.Token, User: "system:serviceaccount:kube-system:nftproxy"}
-	kubeconfig := c.KubeconfigFor(t, e.lab.Node, sa)
+	e.kubeconfig = c.KubeconfigFor(t, e.lab.Node, sa)
+	return e, objs
+}
 
+// start runs the daemon in the node with args (plus --kubeconfig e.kubeconfig when
+// withKubeconfig), as the DaemonSet does: only CAP_NET_ADMIN in the bounding set, no new
+// privileges. The listen addresses are read from args when given, else kube-proxy's defaults.
+func (e *env) start(args []string, withKubeconfig bool) {
+	e.t.Helper()
+	e.healthzAddr, e.metricsAddr = listenAddr(e.t, args, "--healthz-bind-address"), listenAddr(e.t, args, "--metrics-bind-address")
 	argv := []string{"setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary}
-	argv = append(argv, daemonArgs(t, objs, fixture.NodeName)...)
-	argv = append(argv, "--kubeconfig", kubeconfig)
-	p, err := e.lab.StartInNode(ctx, argv...)
+	argv = append(argv, args...)
+	if withKubeconfig {
+		argv = append(argv, "--kubeconfig", e.kubeconfig)
+	}
+	p, err := e.lab.StartInNode(e.ctx, argv...)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	e.daemon = p
-	return e
 }
 
 // createNode creates the Node the daemon runs as, with the lab's node addresses.
@@ -197,9 +222,33 @@ func (e *env) healthz() string { e.t.Helper(); return e.health("/healthz") }
 // health asks the daemon's health endpoint path inside the node; the HTTP status line.
 func (e *env) health(path string) string {
 	e.t.Helper()
-	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256"+path)
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.healthzAddr+path)
 	if err != nil {
 		e.t.Fatalf("%s: %v", path, err)
 	}
 	return r.Status
+}
+
+// listenAddr is the address a client in the node reaches the daemon's flag at: its value with a
+// wildcard host (0.0.0.0, ::) replaced by loopback.
+func listenAddr(t *testing.T, args []string, flag string) string {
+	t.Helper()
+	for _, a := range args {
+		v, ok := strings.CutPrefix(a, flag+"=")
+		if !ok {
+			continue
+		}
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
+			t.Fatalf("%s: %v", a, err)
+		}
+		switch host {
+		case "", "0.0.0.0":
+			host = "127.0.0.1"
+		case "::":
+			host = "::1"
+		}
+		return net.JoinHostPort(host, port)
+	}
+	return map[string]string{"--healthz-bind-address": "127.0.0.1:10256", "--metrics-bind-address": "127.0.0.1:10249"}[flag]
 }

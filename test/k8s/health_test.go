@@ -47,7 +47,7 @@ func (e *env) waitUntil(what string, cond func() (bool, string)) {
 // metric reads one series from the daemon's /metrics inside the node ("" if absent).
 func (e *env) metric(series string) string {
 	e.t.Helper()
-	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.metricsAddr+"/metrics")
 	if err != nil {
 		e.t.Fatalf("/metrics: %v", err)
 	}
@@ -98,7 +98,7 @@ func TestAPIServerOutage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the outage was not reported in /healthz's body within %v", waitBound)
 		}
-		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256/healthz")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.healthzAddr+"/healthz")
 		status, body := r.Status, r.Body
 		if err != nil || !strings.Contains(status, " 200 ") {
 			t.Fatalf("/healthz during the outage: %q %s (err %v), want 200: an unreachable API server must not fail it", status, body, err)
@@ -159,7 +159,7 @@ func TestNodeDrainingFailsHealthz(t *testing.T) {
 	}
 	taint(true)
 	e.waitHealth("/healthz with the autoscaler's taint", "/healthz", " 503 ")
-	if r, _ := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10256/healthz"); !strings.Contains(r.Body, `"nodeEligible":false`) {
+	if r, _ := tier.Get(e.ctx, e.lab.Node, "http://"+e.healthzAddr+"/healthz"); !strings.Contains(r.Body, `"nodeEligible":false`) {
 		t.Errorf("/healthz body with the taint: %s, want nodeEligible false", r.Body)
 	}
 	if got := e.health("/livez"); !strings.Contains(got, " 200 ") {

@@ -142,7 +142,7 @@ func TestNetworkProgrammingIsObserved(t *testing.T) {
 	series := []string{"nftproxy_network_programming_duration_seconds_count", `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}`}
 	// counts reads both series' observation counts; an error until /metrics serves.
 	counts := func() ([]float64, error) {
-		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.metricsAddr+"/metrics")
 		if err != nil {
 			return nil, err
 		}

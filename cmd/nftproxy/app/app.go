@@ -102,6 +102,11 @@ func parseFlags(name string, o *Options, scope flagScope, args []string, stderr 
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q: every setting is a flag", strings.Join(fs.Args(), " "))}
 	}
+	if scope >= renderFlags {
+		if err := o.applyConfigFile(fs, scope); err != nil {
+			return usageError{err}
+		}
+	}
 	return nil
 }
 

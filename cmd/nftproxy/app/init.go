@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/nftproxy/nftproxy/cmd/nftproxy/app/kpconfig"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/sysctl"
 )
@@ -52,9 +53,11 @@ func (v int32Value) Set(s string) error {
 func initCmd(args []string, stderr io.Writer) error {
 	var c sysctl.Conntrack
 	var v int
+	var config string
 	fs := flag.NewFlagSet("nftproxy init", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&v, "v", 0, "log verbosity (2: also the sysctls already set)")
+	fs.StringVar(&config, "config", "", "kube-proxy's configuration file (KubeProxyConfiguration): its conntrack section, which --conntrack-* flags given here override")
 	registerConntrackFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -64,6 +67,12 @@ func initCmd(args []string, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q: every setting is a flag", strings.Join(fs.Args(), " "))}
+	}
+	if config != "" {
+		var err error
+		if c, err = conntrackFromConfig(fs, config, c); err != nil {
+			return usageError{err}
+		}
 	}
 	log := newLogger(v, stderr)
 	if s := sysctl.Host(); !s.ConntrackLoaded() {
@@ -113,4 +122,37 @@ func RunInit(log logr.Logger, c sysctl.Conntrack, s sysctl.System) error {
 	}
 	log.Info("init done", "written", counts[sysctl.Written], "unchanged", counts[sysctl.Unchanged], "skipped", counts[sysctl.Skipped])
 	return nil
+}
+
+// conntrackFromConfig is the conntrack section of kube-proxy's configuration file at path, with
+// the --conntrack-* flags given on the command line (flags, as parsed in fs) taking precedence,
+// as for run.
+func conntrackFromConfig(fs *flag.FlagSet, path string, flags sysctl.Conntrack) (sysctl.Conntrack, error) {
+	cfg, err := kpconfig.Load(path)
+	if err != nil {
+		return flags, err
+	}
+	c, err := kpconfig.ConntrackOf(cfg.Conntrack)
+	if err != nil {
+		return flags, fmt.Errorf("--config %s: %w", path, err)
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "conntrack-max-per-core":
+			c.MaxPerCore = flags.MaxPerCore
+		case "conntrack-min":
+			c.Min = flags.Min
+		case "conntrack-tcp-timeout-established":
+			c.TCPEstablishedTimeout = flags.TCPEstablishedTimeout
+		case "conntrack-tcp-timeout-close-wait":
+			c.TCPCloseWaitTimeout = flags.TCPCloseWaitTimeout
+		case "conntrack-tcp-be-liberal":
+			c.TCPBeLiberal = flags.TCPBeLiberal
+		case "conntrack-udp-timeout":
+			c.UDPTimeout = flags.UDPTimeout
+		case "conntrack-udp-timeout-stream":
+			c.UDPStreamTimeout = flags.UDPStreamTimeout
+		}
+	})
+	return c, nil
 }

@@ -133,7 +133,7 @@ func TestProfiling(t *testing.T) {
 			if err := parseFlags("run", &o, runFlags, args, io.Discard); err != nil {
 				t.Fatal(err)
 			}
-			stop, err := serve(logr.Discard(), &o, &health.State{}, prometheus.NewRegistry(), http.NotFoundHandler())
+			stop, err := serve(t.Context(), logr.Discard(), &o, &health.State{}, prometheus.NewRegistry(), http.NotFoundHandler())
 			if err != nil {
 				t.Fatal(err)
 			}

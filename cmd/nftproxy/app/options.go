@@ -49,6 +49,20 @@ type Options struct {
 	// MaxManifestBytes is the per-file size limit of the manifest loader.
 	MaxManifestBytes int64
 	ReservedPorts    string
+	// ConfigFile is --config: kube-proxy's KubeProxyConfiguration, read before the flags given
+	// on the command line, which override it (config.go).
+	ConfigFile string
+	// NodePortPrimary is --nodeport-addresses primary: node ports on the Node's primary address
+	// of each family only; NodePortCIDRs is then set from the Node at start (nodeinfo.go).
+	NodePortPrimary bool
+	// DetectLocalMode is ClusterCIDR (--cluster-cidr is the cluster's traffic) or NodeCIDR (the
+	// Node's spec.podCIDRs, read at start, are).
+	DetectLocalMode string
+	// BindAddressHardFail makes a healthz or metrics port that cannot be bound fatal; otherwise
+	// it is retried and reported (listen.go).
+	BindAddressHardFail bool
+	// config is what --config did, logged once the logger exists.
+	config *configReport
 }
 
 // syncPeriod is --min-sync-period: "auto" (the zero value) or a duration. A duration keeps
@@ -106,6 +120,38 @@ func (p *prefixList) Set(v string) error {
 	return nil
 }
 
+// The values of --detect-local-mode.
+const (
+	detectClusterCIDR = "ClusterCIDR"
+	detectNodeCIDR    = "NodeCIDR"
+)
+
+// nodePortAddresses is --nodeport-addresses: CIDRs, or the word primary alone (kube-proxy's).
+type nodePortAddresses struct{ o *Options }
+
+func (n nodePortAddresses) String() string {
+	if n.o == nil {
+		return ""
+	}
+	if n.o.NodePortPrimary {
+		return "primary"
+	}
+	return n.o.NodePortCIDRs.String()
+}
+
+func (n nodePortAddresses) Set(v string) error {
+	n.o.NodePortPrimary = false
+	if strings.TrimSpace(v) == "primary" {
+		n.o.NodePortPrimary = true
+		n.o.NodePortCIDRs = nil
+		return nil
+	}
+	if strings.Contains(v, "primary") {
+		return fmt.Errorf("%q: primary must be given alone, not with CIDRs", v)
+	}
+	return n.o.NodePortCIDRs.Set(v)
+}
+
 // flagScope says which command's flags to register: each command offers only the flags it
 // reads, so its -h lists no flag it would ignore.
 type flagScope int
@@ -129,7 +175,9 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.Families, "ip-families", "ipv4,ipv6", "IP families to program: ipv4, ipv6 or both")
 	fs.Var(&o.ClusterCIDRs, "cluster-cidr", "pod CIDRs (comma-separated); traffic to a ClusterIP from outside them is masqueraded")
 	fs.Var(&o.ServiceCIDRs, "service-cidr", "Service CIDRs (comma-separated); traffic to addresses in them that no Service owns is dropped")
-	fs.Var(&o.NodePortCIDRs, "nodeport-addresses", "node ports are served only on node addresses inside these CIDRs (comma-separated); empty: every node address except loopback")
+	fs.Var(nodePortAddresses{o}, "nodeport-addresses", "node ports are served only on node addresses inside these CIDRs (comma-separated), or with primary only on the Node object's primary address of each family (its first InternalIP, else ExternalIP); empty: every node address except loopback")
+	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", detectClusterCIDR, "which traffic is the cluster's own (not masqueraded to ClusterIPs, short-circuited to LoadBalancer IPs of externalTrafficPolicy=Local Services): ClusterCIDR (from --cluster-cidr) or NodeCIDR (from this Node's spec.podCIDRs, read at start)")
+	fs.StringVar(&o.ConfigFile, "config", "", "kube-proxy's configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1; kubeadm's kube-proxy ConfigMap as it is): read strictly, every field mapped to a flag, warned about or refused with its reason; flags given on the command line override it")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")
 	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
@@ -151,6 +199,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address, as kube-proxy's --profiling; off by default, since profiles show the process's internals to whoever reaches that address")
+	fs.BoolVar(&o.BindAddressHardFail, "bind-address-hard-fail", false, "exit when the healthz or metrics address cannot be bound; otherwise it is retried every 5s, logged and reported in nftproxy_listener_up while the rules are programmed as usual")
 	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
 }
 
@@ -187,6 +236,9 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	drop, err := ruleset.BitMask(o.DropBit)
 	if err != nil {
 		return nil, fmt.Errorf("--drop-bit: %w", err)
+	}
+	if o.DetectLocalMode != detectClusterCIDR && o.DetectLocalMode != detectNodeCIDR {
+		return nil, fmt.Errorf("--detect-local-mode %q: use ClusterCIDR or NodeCIDR (nftproxy tells the cluster's traffic by its source address)", o.DetectLocalMode)
 	}
 	if masq == drop {
 		return nil, fmt.Errorf("--masquerade-bit and --drop-bit are both %d: choose two different bits", o.DropBit)

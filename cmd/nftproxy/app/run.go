@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -37,6 +35,15 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags("run", &o, runFlags, args, stderr); err != nil {
 		return err
 	}
+	log := newLogger(o.Verbosity, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer boundShutdown(ctx, stderr)()
+	o.logConfig(log)
+	if err := o.resolveFromNode(ctx, log); err != nil {
+		return err
+	}
+	o.warnNoClusterTraffic(log)
 	builders, err := o.builders()
 	if err != nil {
 		return usageError{err}
@@ -45,10 +52,6 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	log := newLogger(o.Verbosity, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	defer boundShutdown(ctx, stderr)()
 
 	reg := prometheus.NewRegistry()
 	if err := registerComponentMetrics(reg); err != nil {
@@ -177,7 +180,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	servers, err := serve(log, &o, hs, reg, status)
+	servers, err := serve(ctx, log, &o, hs, reg, status)
 	if err != nil {
 		return err
 	}
@@ -317,59 +320,6 @@ func newTracker(o *Options, guard model.GuardConfig, log logr.Logger, pm *metric
 	})
 }
 
-// serve starts the health and metrics listeners; the returned function stops them. The metrics
-// listener also serves the rejections (status) that `nftproxy explain` reads: it binds to the
-// node itself by default, not to the network.
-func serve(log logr.Logger, o *Options, hs *health.State, reg *prometheus.Registry, status http.Handler) (func(), error) {
-	var srvs []*http.Server
-	start := func(addr string, h http.Handler, what string) error {
-		if addr == "" {
-			return nil
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen for %s on %s: %w (change the address flag, or set it empty to disable)", what, addr, err)
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		srvs = append(srvs, srv)
-		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "server stopped", "what", what, "address", addr)
-			}
-		}()
-		return nil
-	}
-	stopAll := func() {
-		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		for _, s := range srvs {
-			_ = s.Shutdown(c)
-		}
-	}
-	hmux := http.NewServeMux()
-	hs.Register(hmux)
-	mmux := metricsMux(o, reg)
-	mmux.Handle(explain.RejectionsPath, status)
-	if o.HealthzAddress != "" && o.HealthzAddress == o.MetricsAddress {
-		hmux.Handle("/metrics", mmux)
-		hmux.Handle(explain.RejectionsPath, mmux)
-		hmux.Handle(pprofPath, mmux)
-		if err := start(o.HealthzAddress, hmux, "health and metrics"); err != nil {
-			return nil, err
-		}
-		return stopAll, nil
-	}
-	if err := start(o.HealthzAddress, hmux, "health"); err != nil {
-		return nil, err
-	}
-	if err := start(o.MetricsAddress, mmux, "metrics"); err != nil {
-		stopAll()
-		return nil, err
-	}
-
-	return stopAll, nil
-}
-
 func renderCmd(args []string, stdout, stderr io.Writer) error {
 	var o Options
 	if err := parseFlags("render", &o, renderFlags, args, stderr); err != nil {
@@ -378,6 +328,12 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if o.Manifests == "" {
 		return usageError{errors.New("--manifests is required")}
 	}
+	log := newLogger(o.Verbosity, stderr)
+	o.logConfig(log)
+	if err := o.resolveFromNode(context.Background(), log); err != nil {
+		return err
+	}
+	o.warnNoClusterTraffic(log)
 	builders, err := o.builders()
 	if err != nil {
 		return usageError{err}
@@ -386,7 +342,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	m, err := renderModel(&o, builders, guard, newLogger(o.Verbosity, stderr))
+	m, err := renderModel(&o, builders, guard, log)
 	if err != nil {
 		return err
 	}
