@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -107,6 +108,27 @@ func (e *env) waitService(name, what string, cond func(*corev1.Service) (bool, s
 		return cond(s)
 	})
 	return got
+}
+
+// updateService reads the Service name, changes it with edit and writes it back with a plain
+// update (what kubectl edit or replace sends, not a patch), again on a conflict with another
+// writer; it returns the Service as the API server stored it.
+func (e *env) updateService(name, what string, edit func(*corev1.Service)) *corev1.Service {
+	e.t.Helper()
+	var out *corev1.Service
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := e.cs.CoreV1().Services(testNS).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		edit(s)
+		out, err = e.cs.CoreV1().Services(testNS).Update(e.ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("%s: %v", what, err)
+	}
+	return out
 }
 
 // blockIs is a waitService condition: the Service's node-port-ranges annotation is want ("" absent).

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/test/fixture"
@@ -40,7 +39,6 @@ const (
 //     the node serves them again.
 func TestKEP1864ThroughTheAPI(t *testing.T) {
 	e := newLabEnv(t, nil, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(80), lab.PortRange(lbRangeFirst-1, lbRangeLast+1)}})
-	e.startAllocator()
 	lbIP := lab.LoadBalancerIPv4(73)
 	yes := true
 	media := fixture.Service{Name: "media", Namespace: testNS, Type: corev1.ServiceTypeLoadBalancer,
@@ -50,6 +48,9 @@ func TestKEP1864ThroughTheAPI(t *testing.T) {
 		Annotations:       map[string]string{annotation.PortRangesKey: fmt.Sprintf("rtp=%d-%d", lbRangeFirst, lbRangeLast)},
 		AllocateNodePorts: &yes, LoadBalancerIPs: []netip.Addr{lbIP}, Endpoints: fixture.Pods(2)}
 	e.createService(media)
+	// The controller starts after the load balancer's status write of createService, which it
+	// would otherwise race with its annotation patch (a conflict on the Service).
+	e.startAllocator()
 
 	blockValue := fmt.Sprintf("rtp=%d-%d", lbRangeFirst, lbRangeLast)
 	blockElem := fmt.Sprintf("udp . %d-%d", lbRangeFirst, lbRangeLast)
@@ -106,11 +107,9 @@ func TestKEP1864ThroughTheAPI(t *testing.T) {
 	}
 
 	// 2. false, nothing else changed.
-	s.Spec.AllocateLoadBalancerNodePorts = new(bool)
-	s, err := e.cs.CoreV1().Services(testNS).Update(e.ctx, s, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatalf("step 2: set allocateLoadBalancerNodePorts false: %v", err)
-	}
+	s = e.updateService(media.Name, "step 2: set allocateLoadBalancerNodePorts false", func(s *corev1.Service) {
+		s.Spec.AllocateLoadBalancerNodePorts = new(bool)
+	})
 	if got := nodePortsOf(s); got != np1 {
 		t.Fatalf("step 2: the API server changed http's node port from %d to %d on turning allocation off", np1, got)
 	}
@@ -124,14 +123,12 @@ func TestKEP1864ThroughTheAPI(t *testing.T) {
 
 	// 3. false, and the user removes what the Service holds, as kubectl edit would: every
 	// nodePort, and the node-port-ranges annotation.
-	s = e.waitService(media.Name, "step 3: the Service", func(*corev1.Service) (bool, string) { return true, "" })
-	for i := range s.Spec.Ports {
-		s.Spec.Ports[i].NodePort = 0
-	}
-	delete(s.Annotations, annotation.NodePortRangesKey)
-	if s, err = e.cs.CoreV1().Services(testNS).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("step 3: remove the node ports and the block: %v", err)
-	}
+	s = e.updateService(media.Name, "step 3: remove the node ports and the block", func(s *corev1.Service) {
+		for i := range s.Spec.Ports {
+			s.Spec.Ports[i].NodePort = 0
+		}
+		delete(s.Annotations, annotation.NodePortRangesKey)
+	})
 	for _, sp := range s.Spec.Ports {
 		if sp.NodePort != 0 {
 			t.Fatalf("step 3: the API server kept node port %d on port %s that the update removed "+
@@ -159,10 +156,9 @@ func TestKEP1864ThroughTheAPI(t *testing.T) {
 	}
 
 	// 4. true again.
-	s.Spec.AllocateLoadBalancerNodePorts = &yes
-	if s, err = e.cs.CoreV1().Services(testNS).Update(e.ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("step 4: set allocateLoadBalancerNodePorts true: %v", err)
-	}
+	s = e.updateService(media.Name, "step 4: set allocateLoadBalancerNodePorts true", func(s *corev1.Service) {
+		s.Spec.AllocateLoadBalancerNodePorts = &yes
+	})
 	np4 := nodePortsOf(s)
 	e.waitService(media.Name, "step 4: the allocator to record rtp's block again", blockIs(blockValue))
 	programmed("step 4", np4)
