@@ -15,6 +15,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
@@ -166,8 +167,18 @@ func (e *env) createService(s fixture.Service) *corev1.Service {
 		e.t.Fatalf("create Service %s: %v", s.Name, err)
 	}
 	if len(obj.Status.LoadBalancer.Ingress) > 0 {
-		created.Status = obj.Status
-		if created, err = e.cs.CoreV1().Services(s.NS()).UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+		// Another writer (the allocator controller's annotation) may update the Service in
+		// between: read it again and retry, as a load balancer controller would.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := e.cs.CoreV1().Services(s.NS()).Get(e.ctx, s.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Status = obj.Status
+			created, err = e.cs.CoreV1().Services(s.NS()).UpdateStatus(e.ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			e.t.Fatalf("status of Service %s: %v", s.Name, err)
 		}
 	}
