@@ -17,7 +17,7 @@ import (
 func TestKubeProxyMetricsServed(t *testing.T) {
 	e := newEnv(t, nil)
 	e.waitUntil("daemon serving /metrics", func() (bool, string) {
-		_, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
+		_, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.metricsAddr+"/metrics")
 		return err == nil, fmt.Sprint(err)
 	})
 	e.waitHealth("/healthz after the first sync", "/healthz", " 200 ")
@@ -25,7 +25,7 @@ func TestKubeProxyMetricsServed(t *testing.T) {
 	e.createService(s)
 	e.waitProgrammed(s)
 
-	r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
+	r, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.metricsAddr+"/metrics")
 	if err != nil {
 		t.Fatalf("/metrics: %v", err)
 	}
