@@ -101,8 +101,8 @@ func TestMonitoringComponent(t *testing.T) {
 			portNumber, _, _ = unstructured.NestedInt64(p.(map[string]any), "containerPort")
 		}
 	}
-	if portNumber != 10249 || path != "/metrics" {
-		t.Errorf("PodMonitor scrapes port %q (container port %d) path %q; want the container's 10249, /metrics", port, portNumber, path)
+	if portNumber != 10265 || path != "/metrics" {
+		t.Errorf("PodMonitor scrapes port %q (container port %d) path %q; want the container's 10265, /metrics", port, portNumber, path)
 	}
 	args, _, _ := unstructured.NestedStringSlice(c, "args")
 	var bind string
@@ -118,8 +118,8 @@ func TestMonitoringComponent(t *testing.T) {
 	for _, ip := range []string{"198.18.1.1", "fd00::1"} {
 		addr := strings.ReplaceAll(bind, "$(POD_IP)", ip)
 		host, port, err := net.SplitHostPort(addr)
-		if err != nil || host != ip || port != "10249" {
-			t.Errorf("with POD_IP %s, --metrics-bind-address %q: host %q port %q (%v); want %s and 10249", ip, addr, host, port, err, ip)
+		if err != nil || host != ip || port != "10265" {
+			t.Errorf("with POD_IP %s, --metrics-bind-address %q: host %q port %q (%v); want %s and 10265", ip, addr, host, port, err, ip)
 		}
 	}
 	env, _, _ := unstructured.NestedSlice(c, "env")

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -46,7 +48,7 @@ func explainCmd(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	o.render.register(fs, renderFlags)
 	fs.StringVar(&o.from, "from", "", "source address of the packet; one of the node's own addresses means the node itself; default: a client outside the cluster (203.0.113.1 or 2001:db8::1)")
-	fs.StringVar(&o.rejectionsURL, "rejections-url", "http://127.0.0.1:10249"+explain.RejectionsPath, "where the daemon serves the Services it did not program (its --metrics-bind-address); empty: do not ask")
+	fs.StringVar(&o.rejectionsURL, "rejections-url", defaultRejectionsURL(os.Getenv("METRICS_BIND_ADDRESS")), "where the daemon serves the Services it did not program (its --metrics-bind-address; in deploy/'s pods, the METRICS_BIND_ADDRESS the daemon is given); empty: do not ask")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, explainUsage)
 		fs.PrintDefaults()
@@ -151,4 +153,22 @@ func readNode(ctx context.Context, o *explainOptions) (*explain.Node, error) {
 		node.Rejections, node.RejectionsErr = explain.FetchRejections(ctx, &http.Client{Timeout: 5 * time.Second}, o.rejectionsURL)
 	}
 	return node, nil
+}
+
+// defaultRejectionsURL is where explain asks for the daemon's rejections: on metricsAddr (the
+// daemon's --metrics-bind-address, which deploy/'s DaemonSet also puts in the environment as
+// METRICS_BIND_ADDRESS, so `kubectl exec ds/nftproxy -- nftproxy explain` finds it), or the
+// flag's default, 127.0.0.1:10249. An unspecified host (0.0.0.0, ::) is asked on loopback.
+func defaultRejectionsURL(metricsAddr string) string {
+	host, port, err := net.SplitHostPort(metricsAddr)
+	if metricsAddr == "" || err != nil {
+		host, port = "127.0.0.1", "10249"
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + explain.RejectionsPath
 }

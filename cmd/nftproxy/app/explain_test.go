@@ -45,3 +45,19 @@ spec: {clusterIP: 198.19.0.71, ports: [{name: rtp, protocol: UDP, port: 5000}]}
 		t.Errorf("explain --manifests of an undefined port: exit %d:\n%s", code, out)
 	}
 }
+
+// TestDefaultRejectionsURL: explain asks the daemon where deploy/ tells it to listen.
+func TestDefaultRejectionsURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                "http://127.0.0.1:10249/rejections",
+		"127.0.0.1:10265": "http://127.0.0.1:10265/rejections",
+		"0.0.0.0:10265":   "http://127.0.0.1:10265/rejections",
+		"[::]:10265":      "http://[::1]:10265/rejections",
+		"[fd00::1]:10265": "http://[fd00::1]:10265/rejections",
+		"not an address":  "http://127.0.0.1:10249/rejections",
+	} {
+		if got := defaultRejectionsURL(in); got != want {
+			t.Errorf("defaultRejectionsURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
