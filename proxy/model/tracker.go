@@ -61,6 +61,8 @@ type Tracker struct {
 	changed     map[ServiceKey]bool
 	nodeChanged bool
 	since       time.Time
+	// latency holds when each pending change started (tracker_latency.go).
+	latency latencyStarts
 }
 
 type trackedService struct {
@@ -91,6 +93,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 		claims:   claimIndex{},
 		changed:  map[ServiceKey]bool{},
 		byAddr:   map[netip.Addr]map[ServiceKey]bool{},
+		latency:  newLatencyStarts(cfg.Now()),
 	}
 }
 
@@ -187,7 +190,11 @@ func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 				affected = append(affected, owner)
 			}
 		}
-		return t.recompute(affected)
+		events := t.recompute(affected)
+		if owner, ok := OwnerOf(s); ok && t.changed[owner] {
+			t.latency.triggered(owner, s)
+		}
+		return events
 	})
 }
 
@@ -200,6 +207,7 @@ func (t *Tracker) DeleteEndpointSlice(namespace, name string) {
 			return nil
 		}
 		t.removeSlice(id, owner)
+		t.latency.sliceDeleted(owner)
 		return t.recompute([]ServiceKey{owner})
 	})
 }
@@ -389,6 +397,7 @@ func (t *Tracker) publish(finals map[ServiceKey]*Service) []rejectionEvent {
 		if !reflect.DeepEqual(final, ts.final) {
 			t.changed[k] = true
 			t.markPending()
+			t.latency.received(k, t.cfg.Now)
 			if oldR, newR := rejectionOf(ts.final), rejectionOf(final); !reflect.DeepEqual(oldR, newR) {
 				events = append(events, rejectionEvent{k, newR})
 			}
@@ -427,6 +436,7 @@ func (t *Tracker) RetryRefused() {
 				ts.final, ts.refused = ts.refused, nil
 				t.changed[k] = true
 				t.markPending()
+				t.latency.received(k, t.cfg.Now)
 				events = append(events, rejectionEvent{k, nil})
 			}
 		}
@@ -457,19 +467,28 @@ type Changes struct {
 	Services []ServiceKey
 	// Node is true when the node's addresses or labels changed.
 	Node bool
-	// Since is when the oldest of these changes was recorded (zero if there are none), for the
-	// network-programming latency metric and /healthz.
+	// Since is when the oldest of these changes was recorded (zero if there are none), for
+	// /healthz, and for the network-programming latency of a change no Service carries (the
+	// Node's).
 	Since time.Time
+	// Started maps each Service in Services to when its change began, one entry per change
+	// measured, for the network-programming latency: see Tracker.TakeChanges.
+	Started map[ServiceKey][]time.Time
 }
 
 // Empty reports whether nothing changed.
 func (c Changes) Empty() bool { return len(c.Services) == 0 && !c.Node }
 
-// TakeChanges returns and clears the recorded changes.
+// TakeChanges returns and clears the recorded changes. Changes.Started follows upstream
+// kube-proxy: the endpoints.kubernetes.io/last-change-trigger-time of every EndpointSlice
+// update that changed the Service (the time the EndpointSlice controller saw the Pod or
+// Service change), except trigger times older than the Tracker, which would measure the time
+// nftproxy was not running; a Service with none (manifest mode without the annotation, a change
+// of the Service object, a deleted slice) has the time the Tracker recorded its change.
 func (t *Tracker) TakeChanges() Changes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := Changes{Node: t.nodeChanged, Since: t.since}
+	c := Changes{Node: t.nodeChanged, Since: t.since, Started: t.latency.take(t.changed)}
 	for k := range t.changed {
 		c.Services = append(c.Services, k)
 	}
