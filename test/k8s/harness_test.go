@@ -73,9 +73,16 @@ type env struct {
 // only CAP_NET_ADMIN in the capability bounding set.
 func newEnv(t *testing.T, cfg map[string]string) *env {
 	t.Helper()
+	return newEnvFor(t, cfg, 4*waitBound)
+}
+
+// newEnvFor is newEnv for a scenario that lasts up to bound (the daemon and every call of the
+// scenario stop then).
+func newEnvFor(t *testing.T, cfg map[string]string, bound time.Duration) *env {
+	t.Helper()
 	netns.Skip(t)
 	c := cluster.Start(t, cluster.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*waitBound)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, cs: c.Client()}
 
