@@ -160,7 +160,9 @@ func (e *env) createChurnServices(ws []*writer) time.Duration {
 // programming latency from the daemon's metric (now measured from the trigger time), a canary
 // moved from pod-1 to pod-2 mid-churn and probed with packets, syncs, failures, convergence
 // and peak RSS, and checks that the kernel ends exactly at the last version of every slice.
-// Figures only: no time is asserted.
+// Figures only: no time is asserted. The long profile (10k Services, part of `make soak`):
+//
+//	NFTPROXY_SOAK=1 go test -v -count=1 -timeout 60m -run TestChurnThroughTheAPIServer ./test/k8s/
 func TestChurnThroughTheAPIServer(t *testing.T) {
 	run := churnRun()
 	fig := &figures{scenario: "3 churn (Kubernetes mode, API server)", profile: run.name}
