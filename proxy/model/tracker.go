@@ -190,9 +190,11 @@ func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 				affected = append(affected, owner)
 			}
 		}
+		owner, owned := OwnerOf(s)
+		before := t.published(owner)
 		events := t.recompute(affected)
-		if owner, ok := OwnerOf(s); ok && t.changed[owner] {
-			t.latency.triggered(owner, s)
+		if owned && t.published(owner) != before {
+			t.latency.triggered(owner, s) // this update changed the model
 		}
 		return events
 	})

@@ -62,3 +62,12 @@ func (l *latencyStarts) take(changed map[ServiceKey]bool) map[ServiceKey][]time.
 	l.triggers, l.receipts = map[ServiceKey][]time.Time{}, map[ServiceKey]time.Time{}
 	return out
 }
+
+// published is key's published model (nil if none). A change publishes a new *Service, so
+// comparing pointers tells whether an update changed the model.
+func (t *Tracker) published(key ServiceKey) *Service {
+	if ts := t.services[key]; ts != nil {
+		return ts.final
+	}
+	return nil
+}
