@@ -48,9 +48,11 @@ e2e: deps build
 	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
 
 ## soak: fault-tolerance scenarios, long profile (restart under traffic, drift, 10k-Service churn,
-## hostile input, kernel errors, bounded fuzzing); prints a table of figures (needs root)
-soak: deps build
+## hostile input, kernel errors, bounded fuzzing), then the 10k-Service churn in Kubernetes mode
+## through a real API server; prints tables of figures (needs root)
+soak: deps build cluster-tools
 	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m ./test/soak/ ./test/property/
+	NFTPROXY_SOAK=1 $(GO) test -count=1 -v -timeout 60m -run TestChurnThroughTheAPIServer ./test/k8s/
 
 ## bench: the whole benchmark campaign (control plane at 1k/10k/50k Services and 5k × 50 endpoints,
 ## the nft -f text path, the per-endpoint-chain layout, upstream kube-proxy nftables and iptables

@@ -52,6 +52,13 @@ const ipFamily = "ip_family"
 // syncBuckets spans a 1 ms partial sync to a multi-minute cold start at 50k Services.
 var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 19)
 
+// programmingHelp says where the programming latency starts: as upstream kube-proxy, at the
+// trigger time the EndpointSlice controller writes on the slice; without one, at receipt.
+const programmingHelp = "Network programming latency: one observation per EndpointSlice change, from its " +
+	"endpoints.kubernetes.io/last-change-trigger-time annotation (as kube-proxy) to the commit of its rules. " +
+	"A change without a trigger time (manifest mode without the annotation, a Service object change, a deleted slice, " +
+	"a trigger time older than this process) is measured from when nftproxy received it."
+
 // Proxy implements proxier.Observer and counts rejected Services.
 type Proxy struct {
 	duration    *prometheus.HistogramVec
@@ -100,7 +107,7 @@ func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Famil
 		failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: SyncFailures, Help: "Syncs whose transaction failed; the previous ruleset stayed in place."}),
 		ops:         prometheus.NewCounter(prometheus.CounterOpts{Name: SyncOps, Help: "nftables operations committed."}),
 		bytes:       prometheus.NewCounter(prometheus.CounterOpts{Name: SyncBytes, Help: "Bytes of netlink messages sent to the kernel."}),
-		programming: histogram(NetworkProgramming, "Time from a Service or endpoint change being seen to its rules being committed."),
+		programming: histogram(NetworkProgramming, programmingHelp),
 		repairs:     prometheus.NewCounter(prometheus.CounterOpts{Name: DriftRepairs, Help: "Kernel objects found different from what nftproxy had applied (someone else changed our tables) and repaired by a full sync."}),
 		objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NFTObjects,
 			Help: "Objects in nftproxy's tables after the last sync, by family and kind (chains, rules, sets, elements)."}, []string{"family", "kind"}),
@@ -110,7 +117,7 @@ func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Famil
 		kpSync:        familyHistogram(KubeProxySync, "kube-proxy compatible: sync duration (any kind), by family."),
 		kpFull:        familyHistogram(KubeProxyFullSync, "kube-proxy compatible: full sync duration, by family."),
 		kpPartial:     familyHistogram(KubeProxyPartialSync, "kube-proxy compatible: partial sync duration, by family."),
-		kpProgramming: familyHistogram(KubeProxyProgramming, "kube-proxy compatible: network programming latency, by family."),
+		kpProgramming: familyHistogram(KubeProxyProgramming, "kube-proxy compatible, by family: "+programmingHelp),
 		kpLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastTimestamp,
 			Help: "kube-proxy compatible: last successful sync time, by family."}, []string{ipFamily}),
 		kpLastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastQueued,

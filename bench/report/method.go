@@ -58,10 +58,10 @@ not run at larger sizes; trials the budget left cannot hold are skipped with a n
   the second waits out kube-proxy's 1 s minimum sync period, so about 1 s of a new Service's
   time is that period for kube-proxy; nftproxy's pacing lets it follow a few ms after a cheap
   sync; *own programming metric*
-  is the peer's kubeproxy_network_programming_duration_seconds: kube-proxy measures it from the
-  slice's last-change-trigger-time (which the benchmark sets as the EndpointSlice controller
-  would), nftproxy from when it received the change (it does not read the trigger time yet), so
-  nftproxy's leaves out the API server's and the watch's share.
+  is the peer's kubeproxy_network_programming_duration_seconds: every peer, nftproxy included,
+  measures it from the slice's last-change-trigger-time (which the benchmark sets as the
+  EndpointSlice controller would) to the sync that programmed it, so it includes the API
+  server's and the watch's share.
 - *sync (metric)*: the mean duration of the syncs the peer ran for that change.
 - *restart sync*: a second process of the peer against the kernel the first one programmed.
 - *peak RSS*: VmHWM of the first process (start-up and first packets), before the restart.

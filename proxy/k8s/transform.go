@@ -20,7 +20,8 @@ import (
 // What stays: names, namespace, UID, resourceVersion and creationTimestamp (informer
 // bookkeeping, Event references, conflict order); a Service's labels (the service-proxy-name
 // rule), the annotations nftproxy and Kubernetes' service.kubernetes.io/ keys define, its spec
-// except the selector and its status.loadBalancer; a slice's service-name label, address type,
+// except the selector and its status.loadBalancer; a slice's service-name label, its
+// last-change-trigger-time annotation (the programming latency starts there), address type,
 // ports and endpoints (addresses, conditions, node, zone, hints); a Node's labels (zone),
 // addresses, taints and deletion timestamp.
 func slim(obj any) (any, error) {
@@ -32,7 +33,7 @@ func slim(obj any) (any, error) {
 		o.Status.Conditions = nil
 	case *discoveryv1.EndpointSlice:
 		slimMeta(&o.ObjectMeta)
-		o.Annotations = nil
+		o.Annotations = keepTriggerTime(o.Annotations)
 		if name, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
 			if len(o.Labels) > 1 {
 				o.Labels = map[string]string{discoveryv1.LabelServiceName: name}
@@ -57,6 +58,19 @@ func slim(obj any) (any, error) {
 // slimMeta drops the metadata no proxy reads.
 func slimMeta(m *metav1.ObjectMeta) {
 	m.ManagedFields, m.OwnerReferences, m.Finalizers, m.GenerateName = nil, nil, nil, ""
+}
+
+// keepTriggerTime returns a slice's annotations reduced to the trigger time the EndpointSlice
+// controller writes (nil when absent): the network-programming latency is measured from it.
+func keepTriggerTime(a map[string]string) map[string]string {
+	v, ok := a[corev1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return nil
+	}
+	if len(a) == 1 {
+		return a
+	}
+	return map[string]string{corev1.EndpointsLastChangeTriggerTime: v}
 }
 
 // keptAnnotationPrefixes are the Service annotations the model may read: nftproxy's own and

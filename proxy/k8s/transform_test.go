@@ -68,7 +68,7 @@ func heavySlice(svc string) *discoveryv1.EndpointSlice {
 	s := slice(svc, "198.18.128.11", "198.18.128.12")
 	s.Labels["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io"
 	s.Labels["app"] = svc
-	s.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}
+	s.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:00Z", "example.com/other": strings.Repeat("x", 100)}
 	bookkeeping(&s.ObjectMeta, strings.Repeat("y", 500))
 	node, zone, host, yes := testNode, "zone-a", "pod-1", true
 	for i := range s.Endpoints {
@@ -124,6 +124,9 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 		}
 		if o, s := jsonSize(t, svc)+jsonSize(t, sl), jsonSize(t, slimSvc)+jsonSize(t, slimSlice); s*3 > o {
 			t.Errorf("%s: slimmed Service and slice take %d bytes of JSON, want under a third of %d", svc.Name, s, o)
+		}
+		if g, w := slimSlice.(*discoveryv1.EndpointSlice).Annotations, map[string]string{corev1.EndpointsLastChangeTriggerTime: sl.Annotations[corev1.EndpointsLastChangeTriggerTime]}; !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: annotations of the slimmed slice: got %v, want only the trigger time %v", svc.Name, g, w)
 		}
 		again, _ := slim(slimSvc.(*corev1.Service).DeepCopy())
 		if !reflect.DeepEqual(again, slimSvc) {

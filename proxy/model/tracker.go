@@ -62,6 +62,8 @@ type Tracker struct {
 	nodeChanged bool
 	since       time.Time
 	counts      changeCounter // kube-proxy's change metrics (ChangeCounts)
+	// latency holds when each pending change started (tracker_latency.go).
+	latency latencyStarts
 }
 
 type trackedService struct {
@@ -95,6 +97,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 		claims:   claimIndex{},
 		changed:  map[ServiceKey]bool{},
 		byAddr:   map[netip.Addr]map[ServiceKey]bool{},
+		latency:  newLatencyStarts(cfg.Now()),
 	}
 }
 
@@ -201,7 +204,13 @@ func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 		if counted {
 			t.counts.countSlice(true)
 		}
-		return t.recompute(affected)
+		owner, owned := OwnerOf(s)
+		before := t.published(owner)
+		events := t.recompute(affected)
+		if owned && t.published(owner) != before {
+			t.latency.triggered(owner, s) // this update changed the model
+		}
+		return events
 	})
 }
 
@@ -217,6 +226,7 @@ func (t *Tracker) DeleteEndpointSlice(namespace, name string) {
 			t.counts.countSlice(true)
 		}
 		t.removeSlice(id, owner)
+		t.latency.sliceDeleted(owner)
 		return t.recompute([]ServiceKey{owner})
 	})
 }
@@ -405,6 +415,7 @@ func (t *Tracker) publish(finals map[ServiceKey]*Service) []rejectionEvent {
 		if !reflect.DeepEqual(final, ts.final) {
 			t.changed[k] = true
 			t.markPending()
+			t.latency.received(k, t.cfg.Now)
 			if oldR, newR := rejectionOf(ts.final), rejectionOf(final); !reflect.DeepEqual(oldR, newR) {
 				events = append(events, rejectionEvent{k, newR})
 			}
@@ -443,6 +454,7 @@ func (t *Tracker) RetryRefused() {
 				ts.final, ts.refused = ts.refused, nil
 				t.changed[k] = true
 				t.markPending()
+				t.latency.received(k, t.cfg.Now)
 				events = append(events, rejectionEvent{k, nil})
 			}
 		}
@@ -477,19 +489,28 @@ type Changes struct {
 	Services []ServiceKey
 	// Node is true when the node's addresses or labels changed.
 	Node bool
-	// Since is when the oldest of these changes was recorded (zero if there are none), for the
-	// network-programming latency metric and /healthz.
+	// Since is when the oldest of these changes was recorded (zero if there are none), for
+	// /healthz, and for the network-programming latency of a change no Service carries (the
+	// Node's).
 	Since time.Time
+	// Started maps each Service in Services to when its change began, one entry per change
+	// measured, for the network-programming latency: see Tracker.TakeChanges.
+	Started map[ServiceKey][]time.Time
 }
 
 // Empty reports whether nothing changed.
 func (c Changes) Empty() bool { return len(c.Services) == 0 && !c.Node }
 
-// TakeChanges returns and clears the recorded changes.
+// TakeChanges returns and clears the recorded changes. Changes.Started follows upstream
+// kube-proxy: the endpoints.kubernetes.io/last-change-trigger-time of every EndpointSlice
+// update that changed the Service (the time the EndpointSlice controller saw the Pod or
+// Service change), except trigger times older than the Tracker, which would measure the time
+// nftproxy was not running; a Service with none (manifest mode without the annotation, a change
+// of the Service object, a deleted slice) has the time the Tracker recorded its change.
 func (t *Tracker) TakeChanges() Changes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := Changes{Node: t.nodeChanged, Since: t.since}
+	c := Changes{Node: t.nodeChanged, Since: t.since, Started: t.latency.take(t.changed)}
 	for k := range t.changed {
 		c.Services = append(c.Services, k)
 	}

@@ -26,7 +26,9 @@ type Observer interface {
 	// Synced reports one sync attempt: full or partial, how long, the result, and err (nil on
 	// success).
 	Synced(full bool, d time.Duration, res reconciler.Result, err error)
-	// Programmed reports the time from the oldest change seen to its rules being committed.
+	// Programmed reports, once per change measured, the time from the change's start (the
+	// EndpointSlice's trigger time, or when nftproxy recorded the change; see
+	// model.Changes.Started) to its rules being committed.
 	Programmed(latency time.Duration)
 	// Changed reports how many Service changes a sync took.
 	Changed(n int)
@@ -85,6 +87,8 @@ type Proxier struct {
 	lastSuccess  time.Time
 	failingSince time.Time
 	retrySince   time.Time // oldest change of a failed sync, for the latency of its retry
+	// retryStarts are the change starts of failed syncs, measured when a sync commits them.
+	retryStarts map[model.ServiceKey][]time.Time
 }
 
 // New returns a Proxier over kernel for the given families' builders.
@@ -147,24 +151,54 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	if !p.retrySince.IsZero() && (since.IsZero() || p.retrySince.Before(since)) {
 		since = p.retrySince
 	}
+	starts := p.mergeStarts(ch.Started)
 	if err != nil {
-		p.retrySince = since
+		p.retrySince, p.retryStarts = since, starts
 		if p.failingSince.IsZero() {
 			p.failingSince = start
 		}
 		return res, fmt.Errorf("sync (%d changed services): %w", len(ch.Services), err)
 	}
 	p.lastSuccess = p.now()
-	p.failingSince, p.retrySince = time.Time{}, time.Time{}
-	if !since.IsZero() && p.obs != nil {
-		p.obs.Programmed(p.lastSuccess.Sub(since))
-	}
+	p.failingSince, p.retrySince, p.retryStarts = time.Time{}, time.Time{}, nil
+	p.observeProgrammed(starts, since)
 	if res.Repairs > 0 {
 		p.log.Info("repaired nftables drift", "objects", res.Repairs)
 	}
 	p.afterCommit(ctx, res.Full)
 	p.log.V(2).Info("synced", "full", res.Full, "ops", res.Ops, "changedServices", len(ch.Services), "duration", d)
 	return res, nil
+}
+
+// mergeStarts adds the change starts of failed syncs to those of this one.
+func (p *Proxier) mergeStarts(starts map[model.ServiceKey][]time.Time) map[model.ServiceKey][]time.Time {
+	if len(p.retryStarts) == 0 {
+		return starts
+	}
+	if starts == nil {
+		starts = map[model.ServiceKey][]time.Time{}
+	}
+	for k, ts := range p.retryStarts {
+		starts[k] = append(ts, starts[k]...)
+	}
+	return starts
+}
+
+// observeProgrammed reports the programming latency of each change a successful sync
+// committed, as upstream kube-proxy does after its sync; a sync of changes no Service carries
+// (the Node's, or a source that gives no starts) reports once, from since.
+func (p *Proxier) observeProgrammed(starts map[model.ServiceKey][]time.Time, since time.Time) {
+	if p.obs == nil {
+		return
+	}
+	for _, ts := range starts {
+		for _, at := range ts {
+			p.obs.Programmed(p.lastSuccess.Sub(at))
+		}
+	}
+	if len(starts) == 0 && !since.IsZero() {
+		p.obs.Programmed(p.lastSuccess.Sub(since))
+	}
 }
 
 // setAll hands the whole model to the reconciler (first sync, node change). Services gone from

@@ -67,6 +67,15 @@ func newEnv(t *testing.T, cfg map[string]string) *env {
 	return newLabEnv(t, cfg, lab.Options{Pods: 2})
 }
 
+// newEnvFor is newEnv for a scenario that lasts up to bound (the daemon and every call of the
+// scenario stop then).
+func newEnvFor(t *testing.T, cfg map[string]string, bound time.Duration) *env {
+	t.Helper()
+	e, objs := setupEnvFor(t, deployDir, cfg, lab.Options{Pods: 2}, bound)
+	e.start(daemonArgs(t, objs, fixture.NodeName), true)
+	return e
+}
+
 // newLabEnv is newEnv with a lab of the given shape (its pods' ports, for ranges and all-ports).
 func newLabEnv(t *testing.T, cfg map[string]string, opts lab.Options) *env {
 	t.Helper()
@@ -79,9 +88,15 @@ func newLabEnv(t *testing.T, cfg map[string]string, opts lab.Options) *env {
 // ConfigMap overrides), the Node, the lab and the ServiceAccount's kubeconfig (e.kubeconfig).
 func setupEnv(t *testing.T, dir string, cfg map[string]string, opts lab.Options) (*env, []*unstructured.Unstructured) {
 	t.Helper()
+	return setupEnvFor(t, dir, cfg, opts, 4*waitBound)
+}
+
+// setupEnvFor is setupEnv for a scenario that lasts up to bound.
+func setupEnvFor(t *testing.T, dir string, cfg map[string]string, opts lab.Options, bound time.Duration) (*env, []*unstructured.Unstructured) {
+	t.Helper()
 	netns.Skip(t)
 	c := cluster.Start(t, cluster.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*waitBound)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, c: c, cs: c.Client()}
 

@@ -72,7 +72,7 @@ func TestKubeProxyMetricsServed(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", r.Body)
 	}
-	p, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/debug/pprof/")
+	p, err := tier.Get(e.ctx, e.lab.Node, "http://"+e.metricsAddr+"/debug/pprof/")
 	if err != nil {
 		t.Fatalf("/debug/pprof/: %v", err)
 	}
