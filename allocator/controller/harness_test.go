@@ -277,7 +277,7 @@ func (h *harness) apply(s *corev1.Service) {
 	} else if _, err := svcs.Create(h.ctx, s, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.waitSynced()
+	h.waitQueued()
 	h.drain()
 }
 
@@ -296,8 +296,23 @@ func (h *harness) delete(name string) {
 	if err := h.client.CoreV1().Services("voip").Delete(h.ctx, name, metav1.DeleteOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.waitSynced()
+	h.waitQueued()
 	h.drain()
+}
+
+// waitQueued waits until a write's event has reached the queue. The informer updates its cache
+// before it hands the event to the handler that enqueues, so a cache that caught up with the
+// API (waitSynced) does not mean the key is queued yet: draining then would skip the write (a
+// flake seen under -race on a loaded machine).
+func (h *harness) waitQueued() {
+	h.t.Helper()
+	h.waitSynced()
+	err := wait.PollUntilContextTimeout(h.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return h.s.queue.Len() > 0, nil
+	})
+	if err != nil {
+		h.t.Fatalf("a write's event never reached the queue: %v", err)
+	}
 }
 
 // recorded returns the node-port-ranges annotation of each Service, "-" when absent.
