@@ -143,8 +143,8 @@ func TestChurn(t *testing.T) {
 	waited, took := reloadTimes(d.out.String(), reloadsBefore)
 	report.add(t, scenario, "where a change's time goes", "reload waited p50 %s p99 %s; reload took p50 %s p99 %s (%d reloads); sync took p50 %s p99 %s",
 		pct(waited, 0.5), pct(waited, 0.99), pct(took, 0.5), pct(took, 0.99), len(took),
-		seconds(quantile(before, after, "kubeproxy_sync_proxy_rules_duration_seconds", 0.5)),
-		seconds(quantile(before, after, "kubeproxy_sync_proxy_rules_duration_seconds", 0.99)))
+		seconds(quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.5)),
+		seconds(quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.99)))
 	report.add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", d.peakRSS())
 	if ok {
 		during := "during the churn"

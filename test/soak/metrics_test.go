@@ -70,11 +70,15 @@ func delta(before, after sample, series string) float64 { return after[series] -
 
 // quantile estimates quantile q of histogram name from the bucket increments between two
 // scrapes, interpolating linearly inside a bucket as Prometheus' histogram_quantile does. It
-// returns NaN when nothing was observed in between.
+// returns NaN when nothing was observed in between. name may carry labels, as
+// `kube_histogram{ip_family="IPv4"}`, to pick one series of a labelled histogram.
 func quantile(before, after sample, name string, q float64) float64 {
 	type bucket struct{ le, n float64 }
 	var bs []bucket
 	prefix := name + `_bucket{le="`
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		prefix = name[:i] + `_bucket{` + strings.TrimSuffix(name[i+1:], "}") + `,le="`
+	}
 	for k, v := range after {
 		if !strings.HasPrefix(k, prefix) {
 			continue
