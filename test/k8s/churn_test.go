@@ -19,6 +19,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 const (
@@ -166,19 +167,20 @@ func (e *env) createChurnServices(ws []*writer) time.Duration {
 //	NFTPROXY_SOAK=1 go test -v -count=1 -timeout 60m -run TestChurnThroughTheAPIServer ./test/k8s/
 func TestChurnThroughTheAPIServer(t *testing.T) {
 	run := churnRun()
-	fig := &figures{scenario: "3 churn (Kubernetes mode, API server)", profile: run.name}
-	defer fig.print(os.Stdout)
+	const scenario = "3 churn (Kubernetes mode, API server)"
+	var fig tier.Figures
+	defer fig.Print(os.Stdout, run.name)
 	e := newEnvFor(t, nil, run.churnFor+30*time.Minute)
 	canary := httpService("canary", 250, 1)
 	e.createService(canary)
 	ws := e.newWriters(run.clients, run.services)
 	created := e.createChurnServices(ws)
-	fig.add(t, "Services", "%d (+1 canary), created through the API in %v by %d clients (%.0f objects/s)",
+	fig.Add(t, scenario, "Services", "%d (+1 canary), created through the API in %v by %d clients (%.0f objects/s)",
 		run.services, created.Round(time.Millisecond), run.clients, float64(2*run.services)/created.Seconds())
 
 	want := e.desiredChurn(ws, 1)
 	programmed := e.waitKernel(want, 10*time.Minute)
-	fig.add(t, "initial load", "every Service in the kernel %v after the last create", programmed.Round(time.Millisecond))
+	fig.Add(t, scenario, "initial load", "every Service in the kernel %v after the last create", programmed.Round(time.Millisecond))
 	if got, err := e.kernelEndpoints(); err != nil || got.diff(e.desiredChurn(ws, 2)) == "" {
 		t.Fatalf("the state check cannot tell the canary on pod-1 from pod-2 (read error: %v)", err)
 	}
@@ -251,32 +253,32 @@ func TestChurnThroughTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	syncs := delta(before, after, `nftproxy_sync_duration_seconds_count{kind="partial"}`) +
-		delta(before, after, `nftproxy_sync_duration_seconds_count{kind="full"}`)
-	failures := delta(before, after, "nftproxy_sync_failures_total")
+	syncs := tier.Delta(before, after, `nftproxy_sync_duration_seconds_count{kind="partial"}`) +
+		tier.Delta(before, after, `nftproxy_sync_duration_seconds_count{kind="full"}`)
+	failures := tier.Delta(before, after, "nftproxy_sync_failures_total")
 	lastSync := time.Unix(0, int64(after["nftproxy_last_sync_timestamp_seconds"]*1e9))
 	const lat = "nftproxy_network_programming_duration_seconds"
 
-	fig.add(t, "endpoint changes", "%d EndpointSlice updates in %v (%.0f/s achieved, target %d/s, %d clients, %d API errors)",
+	fig.Add(t, scenario, "endpoint changes", "%d EndpointSlice updates in %v (%.0f/s achieved, target %d/s, %d clients, %d API errors)",
 		writes, elapsed.Round(time.Millisecond), float64(writes)/elapsed.Seconds(), run.rate, run.clients, apiErrors)
-	fig.add(t, "syncs / failures", "%.0f / %.0f (churn and convergence)", syncs, failures)
-	fig.add(t, "network programming latency", "p50 %s, p99 %s (%s from the slices' trigger time, %.0f observations)",
-		seconds(quantile(before, after, lat, 0.5)), seconds(quantile(before, after, lat, 0.99)), lat, delta(before, after, lat+"_count"))
-	fig.add(t, "peak RSS of the daemon (VmHWM)", "%s", peakRSS(daemonBinary))
+	fig.Add(t, scenario, "syncs / failures", "%.0f / %.0f (churn and convergence)", syncs, failures)
+	fig.Add(t, scenario, "network programming latency", "p50 %s, p99 %s (%s from the slices' trigger time, %.0f observations)",
+		tier.Seconds(tier.Quantile(before, after, lat, 0.5)), tier.Seconds(tier.Quantile(before, after, lat, 0.99)), lat, tier.Delta(before, after, lat+"_count"))
+	fig.Add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", peakRSS(daemonBinary))
 	if ok {
 		during := "during the churn"
 		if seen.After(churnEnd) {
 			during = fmt.Sprintf("%v after the churn stopped", seen.Sub(churnEnd).Round(time.Millisecond))
 		}
-		fig.add(t, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
+		fig.Add(t, scenario, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
 			seen.Sub(canaryAt).Round(time.Millisecond), during)
 	} else {
-		fig.add(t, "canary change written mid-churn", "never answered by its new pod")
+		fig.Add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
 		t.Errorf("the canary's endpoint change was never answered by pod-2")
 	}
-	fig.add(t, "convergence", "the daemon's last sync %v after the churn stopped (nftproxy_last_sync_timestamp_seconds); "+
+	fig.Add(t, scenario, "convergence", "the daemon's last sync %v after the churn stopped (nftproxy_last_sync_timestamp_seconds); "+
 		"the final state confirmed by the test %v after", lastSync.Sub(churnEnd).Round(time.Millisecond), converged.Round(time.Millisecond))
-	fig.add(t, "final state", "every slice's last version exactly in the kernel (%d Services + canary)", run.services)
+	fig.Add(t, scenario, "final state", "every slice's last version exactly in the kernel (%d Services + canary)", run.services)
 	if failures > 0 {
 		t.Errorf("%.0f syncs failed during the churn; want 0", failures)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 const (
@@ -64,7 +65,7 @@ func TestChurn(t *testing.T) {
 
 	d := e.start("daemon", daemonBinary, metricsAddress, healthzAddress, "--min-sync-period", "100ms", "-v", "1")
 	first := e.waitSynced(d, 5*time.Minute)
-	report.add(t, scenario, "Services", "%d (+1 canary), first sync seen %v after start (--min-sync-period 100ms)", n, first.Round(time.Millisecond))
+	report.Add(t, scenario, "Services", "%d (+1 canary), first sync seen %v after start (--min-sync-period 100ms)", n, first.Round(time.Millisecond))
 	canary := target{name: "canary", network: "tcp", addr: lab.ClusterIPv4(250), first: 80}
 	if err := e.poll(time.Minute, func() (bool, error) { return probe(e.ctx, e.lab.Client(1).NS, canary) == "", nil }); err != nil {
 		t.Fatalf("canary not serving before the churn: %v", err)
@@ -127,34 +128,34 @@ func TestChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	syncs := delta(before, after, `nftproxy_sync_duration_seconds_count{kind="partial"}`) +
-		delta(before, after, `nftproxy_sync_duration_seconds_count{kind="full"}`)
-	failures := delta(before, after, "nftproxy_sync_failures_total")
+	syncs := tier.Delta(before, after, `nftproxy_sync_duration_seconds_count{kind="partial"}`) +
+		tier.Delta(before, after, `nftproxy_sync_duration_seconds_count{kind="full"}`)
+	failures := tier.Delta(before, after, "nftproxy_sync_failures_total")
 	const lat = "nftproxy_network_programming_duration_seconds"
-	report.add(t, scenario, "endpoint changes", "%d EndpointSlice rewrites in %v (%.0f/s, target %d/s)",
+	report.Add(t, scenario, "endpoint changes", "%d EndpointSlice rewrites in %v (%.0f/s, target %d/s)",
 		writes, elapsed.Round(time.Millisecond), float64(writes)/elapsed.Seconds(), run.churnRate)
-	report.add(t, scenario, "manifest reloads during the churn", "%d", reloadsDuring)
-	report.add(t, scenario, "syncs / failures", "%.0f / %.0f (churn and convergence)", syncs, failures)
-	report.add(t, scenario, "network programming latency", "p50 %s, p99 %s (nftproxy_network_programming_duration_seconds, %.0f observations)",
-		seconds(quantile(before, after, lat, 0.5)), seconds(quantile(before, after, lat, 0.99)), delta(before, after, lat+"_count"))
+	report.Add(t, scenario, "manifest reloads during the churn", "%d", reloadsDuring)
+	report.Add(t, scenario, "syncs / failures", "%.0f / %.0f (churn and convergence)", syncs, failures)
+	report.Add(t, scenario, "network programming latency", "p50 %s, p99 %s (nftproxy_network_programming_duration_seconds, %.0f observations)",
+		tier.Seconds(tier.Quantile(before, after, lat, 0.5)), tier.Seconds(tier.Quantile(before, after, lat, 0.99)), tier.Delta(before, after, lat+"_count"))
 	// Where a change's time goes: the wait for its reload (debounce, reload cap), the reload
 	// (decode the named files, assign node ports, feed the model), the sync (build, diff,
 	// commit); the programming latency above runs from the model's receipt to the commit.
 	waited, took := reloadTimes(d.out.String(), reloadsBefore)
-	report.add(t, scenario, "where a change's time goes", "reload waited p50 %s p99 %s; reload took p50 %s p99 %s (%d reloads); sync took p50 %s p99 %s",
+	report.Add(t, scenario, "where a change's time goes", "reload waited p50 %s p99 %s; reload took p50 %s p99 %s (%d reloads); sync took p50 %s p99 %s",
 		pct(waited, 0.5), pct(waited, 0.99), pct(took, 0.5), pct(took, 0.99), len(took),
-		seconds(quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.5)),
-		seconds(quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.99)))
-	report.add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", d.peakRSS())
+		tier.Seconds(tier.Quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.5)),
+		tier.Seconds(tier.Quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.99)))
+	report.Add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", d.peakRSS())
 	if ok {
 		during := "during the churn"
 		if seen.After(churnEnd) {
 			during = fmt.Sprintf("%v after the churn stopped", seen.Sub(churnEnd).Round(time.Millisecond))
 		}
-		report.add(t, scenario, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
+		report.Add(t, scenario, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
 			seen.Sub(canaryAt).Round(time.Millisecond), during)
 	} else {
-		report.add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
+		report.Add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
 		t.Errorf("the canary's endpoint change was never programmed")
 	}
 	// The daemon's own convergence: its last sync after the churn stopped (syncs run only on
@@ -162,9 +163,9 @@ func TestChurn(t *testing.T) {
 	// the final manifests, which the confirmation above includes.
 	if last := after["nftproxy_last_sync_timestamp_seconds"]; last > 0 {
 		own := max(time.Unix(0, int64(last*1e9)).Sub(churnEnd), 0)
-		report.add(t, scenario, "convergence", "the daemon's last sync ended %v after the churn stopped (nftproxy_last_sync_timestamp_seconds)", own.Round(time.Millisecond))
+		report.Add(t, scenario, "convergence", "the daemon's last sync ended %v after the churn stopped (nftproxy_last_sync_timestamp_seconds)", own.Round(time.Millisecond))
 	}
-	report.add(t, scenario, "final state", "equal to the rendered manifests (confirmed %v after the churn stopped, rendering included)", converged.Round(time.Millisecond))
+	report.Add(t, scenario, "final state", "equal to the rendered manifests (confirmed %v after the churn stopped, rendering included)", converged.Round(time.Millisecond))
 	if diff != "" {
 		t.Errorf("final kernel state differs from the rendered final manifests: %s", diff)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // otherTable is someone else's table in the node: nftproxy must never touch it. Its rule only
@@ -113,9 +114,9 @@ func TestDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fulls := delta(m0, m1, `nftproxy_sync_duration_seconds_count{kind="full"}`)
-	idle := delta(m0, m1, "nftproxy_drift_repairs_total")
-	report.add(t, scenario, "full resyncs without drift", "%.0f in %v, %.0f repairs counted (--full-sync-period %v)",
+	fulls := tier.Delta(m0, m1, `nftproxy_sync_duration_seconds_count{kind="full"}`)
+	idle := tier.Delta(m0, m1, "nftproxy_drift_repairs_total")
+	report.Add(t, scenario, "full resyncs without drift", "%.0f in %v, %.0f repairs counted (--full-sync-period %v)",
 		fulls, 2*run.fullSync+500*time.Millisecond, idle, run.fullSync)
 	if idle != 0 {
 		t.Errorf("full resyncs with no drift counted %.0f repairs; want 0", idle)
@@ -141,7 +142,7 @@ func TestDrift(t *testing.T) {
 	if tables, _ := e.lab.Nft("list", "tables"); strings.Count(tables, "\n") != 3 {
 		t.Errorf("tables in the node: %s; want ip nftproxy, ip6 nftproxy and inet other only", tables)
 	}
-	report.add(t, scenario, "table inet other", "identical byte for byte after every drift and repair")
+	report.Add(t, scenario, "table inet other", "identical byte for byte after every drift and repair")
 	d.checkHealthy(t)
 }
 
@@ -183,20 +184,20 @@ func TestDriftFoundByEvents(t *testing.T) {
 	if diff != "" {
 		t.Fatalf("deleted element not repaired after %v (the full-sync period is an hour): %s", limit, diff)
 	}
-	var m1 sample
+	var m1 tier.Sample
 	_ = e.poll(5*time.Second, func() (bool, error) {
 		var err error
 		m1, err = e.scrape(d)
-		return err == nil && delta(m0, m1, "nftproxy_drift_repairs_total") > 0, err
+		return err == nil && tier.Delta(m0, m1, "nftproxy_drift_repairs_total") > 0, err
 	})
-	if n := delta(m0, m1, suspected); n != 1 {
+	if n := tier.Delta(m0, m1, suspected); n != 1 {
 		t.Errorf("%s rose by %.0f for one change to another table and one to ours; want 1", suspected, n)
 	}
-	if n := delta(m0, m1, fulls); n != 1 {
+	if n := tier.Delta(m0, m1, fulls); n != 1 {
 		t.Errorf("%.0f full syncs for one change to ours; want 1", n)
 	}
-	report.add(t, scenario, "another table changed, then one of our elements deleted", "repaired in %v; suspected +%.0f, full syncs +%.0f, repairs +%.0f",
-		took.Round(time.Millisecond), delta(m0, m1, suspected), delta(m0, m1, fulls), delta(m0, m1, "nftproxy_drift_repairs_total"))
+	report.Add(t, scenario, "another table changed, then one of our elements deleted", "repaired in %v; suspected +%.0f, full syncs +%.0f, repairs +%.0f",
+		took.Round(time.Millisecond), tier.Delta(m0, m1, suspected), tier.Delta(m0, m1, fulls), tier.Delta(m0, m1, "nftproxy_drift_repairs_total"))
 
 	for _, dr := range drifts() {
 		e.driftRepaired(d, dr, want, limit, scenario, " with the default full-sync period", false)
@@ -237,10 +238,10 @@ func (e *env) driftRepaired(d *daemon, dr drift, want state, limit time.Duration
 		if err != nil {
 			return false, err
 		}
-		counted = delta(before, after, "nftproxy_drift_repairs_total")
+		counted = tier.Delta(before, after, "nftproxy_drift_repairs_total")
 		return counted > 0, nil
 	})
-	report.add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f", took.Round(time.Millisecond), counted)
+	report.Add(t, scenario, dr.name, "repaired in %v; nftproxy_drift_repairs_total +%.0f", took.Round(time.Millisecond), counted)
 	if counted == 0 {
 		t.Errorf("%s: repaired, but nftproxy_drift_repairs_total did not count it", dr.name)
 	}

@@ -119,6 +119,6 @@ func TestFuzzBounded(t *testing.T) {
 			verdict = "FAILED"
 			t.Errorf("go test -fuzz %s %s: %v\n%s", ft.name, ft.pkg, err, tail(string(b), 40))
 		}
-		report.add(t, scenario, ft.name, "%s execs in %v: %s", execs, run.fuzzFor, verdict)
+		report.Add(t, scenario, ft.name, "%s execs in %v: %s", execs, run.fuzzFor, verdict)
 	}
 }

@@ -199,7 +199,7 @@ func (e *env) waitSynced(d *daemon, limit time.Duration) time.Duration {
 			last = err
 			return false, nil
 		}
-		return m.value("nftproxy_last_sync_timestamp_seconds") > 0, nil
+		return m["nftproxy_last_sync_timestamp_seconds"] > 0, nil
 	})
 	if err != nil {
 		e.t.Fatalf("waiting for %s's first sync: %v (last scrape error: %v)", d.name, err, last)

@@ -228,9 +228,9 @@ func TestHostileInput(t *testing.T) {
 		sort.Strings(missing)
 		t.Errorf("rejections not logged after %v: %v", 60*time.Second, missing)
 	}
-	report.add(t, scenario, "inputs", "%d files: %d rejected Services (%d reasons), valid oddities, non-manifests",
+	report.Add(t, scenario, "inputs", "%d files: %d rejected Services (%d reasons), valid oddities, non-manifests",
 		len(inputs), len(want), len(reasonSet(want)))
-	report.add(t, scenario, "every rejection logged", "%v after the files were written", time.Since(written).Round(time.Millisecond))
+	report.Add(t, scenario, "every rejection logged", "%v after the files were written", time.Since(written).Round(time.Millisecond))
 	tl := <-done
 
 	// Each reason is counted by the metric, listed by render, and nothing of a rejected
@@ -240,7 +240,7 @@ func TestHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for r, n := range reasonSet(want) {
-		if got := m.value(`nftproxy_invalid_services_total{reason="` + r + `"}`); got < float64(n) {
+		if got := m[`nftproxy_invalid_services_total{reason="`+r+`"}`]; got < float64(n) {
 			t.Errorf("nftproxy_invalid_services_total{reason=%q} = %v; want at least %d", r, got, n)
 		}
 	}
@@ -279,8 +279,8 @@ func TestHostileInput(t *testing.T) {
 		}
 	}
 	attempted, failed := tl.total()
-	report.add(t, scenario, "canary probes attempted / failed", "%d / %d", attempted, failed)
-	report.add(t, scenario, "skipped files logged", "%d", countLines(log, "manifest skipped"))
+	report.Add(t, scenario, "canary probes attempted / failed", "%d / %d", attempted, failed)
+	report.Add(t, scenario, "skipped files logged", "%d", countLines(log, "manifest skipped"))
 	if failed > 0 {
 		t.Errorf("the canary failed %d of %d probes while the hostile input was loaded:%s", failed, attempted, tl.failuresString())
 	}
@@ -301,7 +301,7 @@ func TestHostileInput(t *testing.T) {
 		t.Errorf("daemon exit after SIGTERM: %v; want 0", err)
 	}
 	d.checkNoPanic(t)
-	report.add(t, scenario, "daemon", "no panic, exit 0 on SIGTERM, peak RSS %s", rss)
+	report.Add(t, scenario, "daemon", "no panic, exit 0 on SIGTERM, peak RSS %s", rss)
 }
 
 func reasonSet(want map[string]string) map[string]int {

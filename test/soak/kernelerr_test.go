@@ -108,7 +108,7 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	e.write(late)
 	if err := e.poll(10*time.Second, func() (bool, error) {
 		m, err := e.scrape(d)
-		return err == nil && delta(m0, m, "nftproxy_sync_failures_total") > 0, err
+		return err == nil && tier.Delta(m0, m, "nftproxy_sync_failures_total") > 0, err
 	}); err != nil {
 		t.Fatalf("no failed sync counted while the kernel refuses: %v", err)
 	}
@@ -117,7 +117,7 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failures := int(delta(m0, mHeld, "nftproxy_sync_failures_total"))
+	failures := int(tier.Delta(m0, mHeld, "nftproxy_sync_failures_total"))
 	ipHeld, err := dumpState(e.lab.Node, ourTables[:1])
 	if err != nil {
 		t.Fatal(err)
@@ -135,9 +135,9 @@ func TestKernelRefusesTransaction(t *testing.T) {
 		t.Errorf("%d failed syncs logged %d times; want %d (the first, then every tenth)", failures, logged, expectedFailureLogs(failures))
 	}
 	attempted, failed := tl.total()
-	report.add(t, scenario, "cause", "another process deletes table ip6 nftproxy and holds an owned one (EPERM for us) for %v", hold)
-	report.add(t, scenario, "failed syncs counted / logged", "%d / %d (nftproxy_sync_failures_total; log lines)", failures, logged)
-	report.add(t, scenario, "IPv4 probes during the failures attempted / failed", "%d / %d (previous ruleset kept)", attempted, failed)
+	report.Add(t, scenario, "cause", "another process deletes table ip6 nftproxy and holds an owned one (EPERM for us) for %v", hold)
+	report.Add(t, scenario, "failed syncs counted / logged", "%d / %d (nftproxy_sync_failures_total; log lines)", failures, logged)
+	report.Add(t, scenario, "IPv4 probes during the failures attempted / failed", "%d / %d (previous ruleset kept)", attempted, failed)
 	if failed > 0 {
 		t.Errorf("%d of %d IPv4 probes failed while the transactions failed; want 0:%s", failed, attempted, tl.failuresString())
 	}
@@ -147,7 +147,7 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	if _, diff := e.waitState(e.desiredState(), 60*time.Second); diff != "" {
 		t.Fatalf("after the cause was removed: not recovered: %s", diff)
 	}
-	report.add(t, scenario, "recovery after the cause is removed", "exact desired state within %v of the other process exiting (retry backoff included)",
+	report.Add(t, scenario, "recovery after the cause is removed", "exact desired state within %v of the other process exiting (retry backoff included)",
 		time.Since(released).Round(time.Millisecond))
 	if countLines(d.out.String(), "sync recovered") == 0 {
 		t.Errorf("no \"sync recovered\" log line after the retry succeeded")
@@ -214,8 +214,8 @@ func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report.add(t, scenario, "foreign set with our set's name, other type", "%.0f failed syncs, exact desired state within %v of the change (the full retry replaces the set)",
-		delta(m0, m1, "nftproxy_sync_failures_total"), time.Since(start).Round(time.Millisecond))
+	report.Add(t, scenario, "foreign set with our set's name, other type", "%.0f failed syncs, exact desired state within %v of the change (the full retry replaces the set)",
+		tier.Delta(m0, m1, "nftproxy_sync_failures_total"), time.Since(start).Round(time.Millisecond))
 	for _, a := range late.ClusterIPs {
 		if why := probe(e.ctx, e.lab.Client(1).NS, target{name: "late2", network: "tcp", addr: a, first: 80}); why != "" {
 			t.Errorf("late2 Service %s: %s", a, why)

@@ -83,7 +83,7 @@ func TestMain(m *testing.M) {
 		return nil
 	})
 	if daemonBinary != "" {
-		report.print(os.Stdout)
+		report.Print(os.Stdout, run.name)
 	}
 	os.Exit(code)
 }

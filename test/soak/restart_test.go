@@ -104,7 +104,7 @@ func TestRestartUnderTraffic(t *testing.T) {
 
 	a := e.start("daemon-a", daemonBinary, metricsAddress, healthzAddress, "--min-sync-period", "50ms", "-v", "2")
 	first := e.waitSynced(a, 30*time.Second)
-	report.add(t, scenario, "first start: Services programmed", "%d (+%d fillers), first sync seen %v after start",
+	report.Add(t, scenario, "first start: Services programmed", "%d (+%d fillers), first sync seen %v after start",
 		len(restartServices()), run.fillers, first.Round(time.Millisecond))
 	if _, d := e.waitState(e.desiredState(), 15*time.Second); d != "" {
 		t.Fatalf("before the traffic: kernel state differs from the rendered manifests: %s", d)
@@ -185,11 +185,11 @@ func TestRestartUnderTraffic(t *testing.T) {
 	attempted, failed := tl.total()
 	t.Logf("timeline:\n  %s", strings.Join(events, "\n  "))
 	t.Logf("per target: %s", tl)
-	report.add(t, scenario, "traffic", "%d targets at %d/s each for %v", len(restartTargets()), run.probeRate, run.traffic)
-	report.add(t, scenario, "connections attempted / failed", "%d / %d", attempted, failed)
-	report.add(t, scenario, "restarts", "SIGKILL a, start b (first sync %v after start), %d start-up kills, upgrade beside a running daemon", synced.Round(time.Millisecond), len(kills))
-	report.add(t, scenario, "start-up kills by phase", "%s", phasesString(phases))
-	report.add(t, scenario, "upgrade: old daemon's exit after SIGTERM", "%v", stopTook.Round(time.Millisecond))
+	report.Add(t, scenario, "traffic", "%d targets at %d/s each for %v", len(restartTargets()), run.probeRate, run.traffic)
+	report.Add(t, scenario, "connections attempted / failed", "%d / %d", attempted, failed)
+	report.Add(t, scenario, "restarts", "SIGKILL a, start b (first sync %v after start), %d start-up kills, upgrade beside a running daemon", synced.Round(time.Millisecond), len(kills))
+	report.Add(t, scenario, "start-up kills by phase", "%s", phasesString(phases))
+	report.Add(t, scenario, "upgrade: old daemon's exit after SIGTERM", "%v", stopTook.Round(time.Millisecond))
 	if failed > 0 {
 		t.Errorf("%d of %d probes failed while the daemon was killed, restarted and upgraded; want 0. First failures:%s", failed, attempted, tl.failuresString())
 	}
@@ -235,7 +235,7 @@ func cleanupThenRun(t *testing.T, e *env, d *daemon, scenario string) {
 	restored := time.Since(start)
 	tl := traffic(e.ctx, e.lab.Client(1).NS, restartTargets(), run.probeRate, time.Second)
 	attempted, failed := tl.total()
-	report.add(t, scenario, "cleanup then run", "every target answers %v after run; then %d/%d probes failed",
+	report.Add(t, scenario, "cleanup then run", "every target answers %v after run; then %d/%d probes failed",
 		restored.Round(time.Millisecond), failed, attempted)
 	if failed > 0 {
 		t.Errorf("after cleanup then run: %d of %d probes failed:%s", failed, attempted, tl.failuresString())
