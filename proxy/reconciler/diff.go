@@ -22,7 +22,7 @@ func newKeys() keys {
 }
 
 // allKeys lists every chain and set of the indexes, and all their elements.
-func allKeys(ixs ...*index) keys {
+func allKeys(ixs ...*objects) keys {
 	k := newKeys()
 	k.allElems = true
 	for _, ix := range ixs {
@@ -38,7 +38,7 @@ func allKeys(ixs ...*index) keys {
 
 // eachElem calls fn once per element ID of ks that either index holds (with allElems: every
 // element of d, then those only in a), or ks lists.
-func (ks keys) eachElem(d, a *index, fn func(id string)) {
+func eachElem[D, A element](ks keys, d *index[D], a *index[A], fn func(id string)) {
 	if !ks.allElems {
 		for id := range ks.elems {
 			fn(id)
@@ -108,7 +108,7 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 		}
 	}
 	for n := range p.dropSets {
-		for _, c := range sortedRefs(a, n) {
+		for _, c := range sortedRefs(&a.objects, n) {
 			rewrite(c)
 		}
 	}
@@ -150,29 +150,29 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 	for _, s := range p.addSets {
 		added[s.Name] = true
 	}
-	ks.eachElem(d, a, func(id string) {
+	eachElem(ks, d, a, func(id string) {
 		de, inD := d.elems[id]
 		ae, inA := a.elems[id]
-		if (inD && (p.dropSets[de.el.Set] || added[de.el.Set])) || (inA && p.dropSets[ae.el.Set]) {
+		if (inD && (p.dropSets[de.el.Set] || added[de.el.Set])) || (inA && p.dropSets[ae.elem().Set]) {
 			return // handled with the set below
 		}
 		switch {
 		case inD && !inA:
-			p.addElems = append(p.addElems, de.el)
-		case inD && inA && !sameElement(de.el, ae.el):
-			p.delElems = append(p.delElems, ae.el)
-			p.addElems = append(p.addElems, de.el)
+			p.addElems = append(p.addElems, &de.el)
+		case inD && inA && !sameElement(&de.el, ae.elem()):
+			p.delElems = append(p.delElems, ae.elem())
+			p.addElems = append(p.addElems, &de.el)
 		case !inD && inA:
-			if s, ok := a.sets[ae.el.Set]; ok && s.Dynamic {
+			if s, ok := a.sets[ae.elem().Set]; ok && s.Dynamic {
 				return // the packet path owns the elements of dynamic sets
 			}
-			p.delElems = append(p.delElems, ae.el)
+			p.delElems = append(p.delElems, ae.elem())
 		}
 	})
-	d.eachInSets(added, func(_ string, e *elemEntry) { p.addElems = append(p.addElems, e.el) })
+	d.eachInSets(added, func(_ string, e *elemEntry) { p.addElems = append(p.addElems, &e.el) })
 	p.added = added
-	p.addElems = orderElements(p.addElems, d)
-	p.delElems = orderElements(p.delElems, a)
+	p.addElems = orderElements(p.addElems, &d.objects)
+	p.delElems = orderElements(p.delElems, &a.objects)
 	return p
 }
 
@@ -223,7 +223,7 @@ func (p *plan) emit(tx *nft.Transaction) {
 // commit makes the applied index what the kernel now holds, after the transaction succeeded.
 func (p *plan) commit(tb *table, now time.Time) {
 	d, a := tb.desired, tb.applied
-	a.eachInSets(p.dropSets, func(id string, _ *elemEntry) { a.delElem(id) })
+	a.eachInSets(p.dropSets, func(id string, _ *appliedElem) { a.delElem(id) })
 	for n := range p.dropSets {
 		a.delSet(n)
 	}
@@ -232,11 +232,11 @@ func (p *plan) commit(tb *table, now time.Time) {
 			a.putSet(s)
 		}
 	}
-	d.eachInSets(p.added, func(id string, e *elemEntry) { a.putElem(id, e.el) })
-	p.keys.eachElem(d, a, func(id string) {
+	d.eachInSets(p.added, func(id string, e *elemEntry) { a.putElem(id, applied(&e.el)) })
+	eachElem(p.keys, d, a, func(id string) {
 		if e, ok := d.elems[id]; ok {
-			a.putElem(id, e.el)
-		} else if ae, ok := a.elems[id]; ok && !a.isDynamic(ae.el.Set) {
+			a.putElem(id, applied(&e.el))
+		} else if ae, ok := a.elems[id]; ok && !a.isDynamic(ae.elem().Set) {
 			a.delElem(id)
 		}
 	})
@@ -275,8 +275,8 @@ func (p *plan) commit(tb *table, now time.Time) {
 
 // countDrift counts objects whose kernel state (just read back) differs from what we believed
 // we had applied.
-func countDrift(believed, kernel *index) int {
-	ks := allKeys(believed, kernel)
+func countDrift(believed, kernel *appliedIndex) int {
+	ks := allKeys(&believed.objects, &kernel.objects)
 	n := 0
 	for name := range ks.chains {
 		bc, inB := believed.chains[name]
@@ -292,13 +292,13 @@ func countDrift(believed, kernel *index) int {
 			n++
 		}
 	}
-	ks.eachElem(believed, kernel, func(id string) {
+	eachElem(ks, believed, kernel, func(id string) {
 		be, inB := believed.elems[id]
 		ke, inK := kernel.elems[id]
-		if (inB && believed.isDynamic(be.el.Set)) || (inK && kernel.isDynamic(ke.el.Set)) {
+		if (inB && believed.isDynamic(be.elem().Set)) || (inK && kernel.isDynamic(ke.elem().Set)) {
 			return
 		}
-		if inB != inK || (inB && !sameElement(be.el, ke.el)) {
+		if inB != inK || (inB && !sameElement(be.elem(), ke.elem())) {
 			n++
 		}
 	})
@@ -314,7 +314,7 @@ func sorted(m map[string]bool) []string {
 	return out
 }
 
-func sortedRefs(ix *index, set string) []string { return sorted(ix.refs[set]) }
+func sortedRefs(ix *objects, set string) []string { return sorted(ix.refs[set]) }
 
 // orderElements groups element ops by set, sets in name order, so the encoder packs each
 // set's elements into few messages; within an interval set, in the renderer's canonical order:
@@ -322,7 +322,7 @@ func sortedRefs(ix *index, set string) []string { return sorted(ix.refs[set]) }
 // exactly as `nftproxy render` loaded with nft -f does. Hash sets list in the kernel's own order,
 // so their elements keep the order they came in (sorting a full sync's elements cost more than
 // the rest of the plan). It sorts pointers: the elements are the indexes' own.
-func orderElements(els []*nft.Element, ix *index) []*nft.Element {
+func orderElements(els []*nft.Element, ix *objects) []*nft.Element {
 	interval := make(map[string]bool, len(ix.sets))
 	for n, s := range ix.sets {
 		interval[n] = s.Interval
