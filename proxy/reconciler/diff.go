@@ -176,10 +176,19 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 	return p
 }
 
+// size is the number of operations emit appends (0: none).
+func (p *plan) size() int {
+	n := len(p.addChains) + 3*len(p.replChains) + len(p.flushChains) + len(p.delElems) + len(p.delSets) +
+		len(p.addSets) + len(p.addElems) + len(p.addRules) + len(p.delChains)
+	if n == 0 {
+		return 0
+	}
+	return n + 1 // the table's own add
+}
+
 // emit appends the plan's operations to tx in a safe order.
 func (p *plan) emit(tx *nft.Transaction) {
-	if len(p.addChains)+len(p.replChains)+len(p.flushChains)+len(p.delElems)+len(p.delSets)+
-		len(p.addSets)+len(p.addElems)+len(p.addRules)+len(p.delChains) == 0 {
+	if p.size() == 0 {
 		return
 	}
 	tx.Table = p.t

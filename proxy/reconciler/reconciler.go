@@ -261,10 +261,17 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 			ks = allKeys(&tb.desired.objects, &tb.applied.objects)
 		}
 		plans[i] = r.plan(tb, ks)
-		plans[i].emit(tx)
 		if res.Full && believed != nil {
 			res.Repairs += countDrift(believed, tb.applied)
 		}
+	}
+	n := 0
+	for _, p := range plans {
+		n += p.size()
+	}
+	tx.Grow(n)
+	for _, p := range plans {
+		p.emit(tx)
 	}
 	res.Ops = tx.Len()
 	if res.Ops > 0 {
