@@ -246,7 +246,9 @@ func (p *plan) commit(tb *table, now time.Time) {
 			a.putSet(s)
 		}
 	}
-	d.eachInSets(p.added, func(id string, e *elemEntry) { a.putElem(id, applied(&e.el)) })
+	if !p.keys.allElems { // a full Commit's pass below puts every desired element anyway
+		d.eachInSets(p.added, func(id string, e *elemEntry) { a.putElem(id, applied(&e.el)) })
+	}
 	eachElem(p.keys, d, a, func(id string) {
 		if e, ok := d.elems[id]; ok {
 			a.putElem(id, applied(&e.el))
