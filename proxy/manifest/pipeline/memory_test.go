@@ -31,7 +31,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
-// TestMemoryProfile is a measurement, not a check: it loads the bench workload (N Services × 10
+// TestMemoryProfile is a measurement, not a check: it loads the bench workload (N Services × E
 // endpoints, the objects `bench/cmd/manifests` writes) through manifest mode's real path —
 // manifest files, pipeline, tracker, proxier, reconciler — into a real kernel in a fresh network
 // namespace (root) or a kernel that accepts everything (otherwise), and reports the live heap
@@ -39,7 +39,7 @@ import (
 // (sampled), the process's peak RSS over the same span (VmHWM, reset before the load), and
 // writes the heap profile for `go tool pprof -sample_index=inuse_space -top`.
 //
-//	NFTPROXY_MEMPROFILE=DIR [NFTPROXY_MEMPROFILE_SERVICES=10000] go test -count=1 -run TestMemoryProfile -v ./proxy/manifest/pipeline/
+//	NFTPROXY_MEMPROFILE=DIR [NFTPROXY_MEMPROFILE_SERVICES=10000] [NFTPROXY_MEMPROFILE_ENDPOINTS=10] go test -count=1 -run TestMemoryProfile -v ./proxy/manifest/pipeline/
 func TestMemoryProfile(t *testing.T) {
 	out := os.Getenv("NFTPROXY_MEMPROFILE")
 	if out == "" {
@@ -53,8 +53,16 @@ func TestMemoryProfile(t *testing.T) {
 		}
 		services = n
 	}
+	endpoints := 10
+	if s := os.Getenv("NFTPROXY_MEMPROFILE_ENDPOINTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("NFTPROXY_MEMPROFILE_ENDPOINTS=%q: %v", s, err)
+		}
+		endpoints = n
+	}
 	dir := t.TempDir()
-	writeWorkload(t, dir, services)
+	writeWorkload(t, dir, services, endpoints)
 
 	var kernel nft.Interface = acceptAll{}
 	kernelName := "accept-all (no root)"
@@ -119,8 +127,8 @@ func TestMemoryProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	t.Logf("%d Services × 10 endpoints, kernel %s: load %v, load+sync %v, %d ops, %d bytes sent",
-		services, kernelName, loaded.Round(time.Millisecond), synced.Round(time.Millisecond), res.Ops, res.Stats.Bytes)
+	t.Logf("%d Services × %d endpoints, kernel %s: load %v, load+sync %v, %d ops, %d bytes sent",
+		services, endpoints, kernelName, loaded.Round(time.Millisecond), synced.Round(time.Millisecond), res.Ops, res.Stats.Bytes)
 	for fam, c := range res.Objects {
 		t.Logf("%s table: %d chains, %d rules, %d sets, %d elements", fam, c.Chains, c.Rules, c.Sets, c.Elements)
 	}
@@ -135,14 +143,14 @@ func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // writeWorkload writes what bench/cmd/manifests writes: the Node, then each Service and its
 // EndpointSlice, as one file of JSON documents.
-func writeWorkload(t *testing.T, dir string, services int) {
+func writeWorkload(t *testing.T, dir string, services, endpoints int) {
 	t.Helper()
 	f, err := os.Create(filepath.Join(dir, "workload.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriter(f)
-	wl := workload.Generate(workload.DefaultSpec(services, 10, 1))
+	wl := workload.Generate(workload.DefaultSpec(services, endpoints, 1))
 	if err := fixture.Write(w, wl.NodeObject()); err != nil {
 		t.Fatal(err)
 	}
