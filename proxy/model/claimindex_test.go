@@ -62,3 +62,39 @@ func TestClaimIndex(t *testing.T) {
 		})
 	}
 }
+
+// TestKeySet: the Services indexed under one address, few (a slice) or many (a map), added
+// twice, removed, and the set reported empty once the last one leaves.
+func TestKeySet(t *testing.T) {
+	for _, n := range []int{1, fewClaimants, fewClaimants + 3} {
+		t.Run(fmt.Sprintf("%d Services", n), func(t *testing.T) {
+			ks := &keySet{}
+			var want []string
+			for i := 0; i < n; i++ {
+				k := ServiceKey{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}
+				ks.add(k)
+				ks.add(k)
+				want = append(want, k.Name)
+			}
+			members := func() []string {
+				var out []string
+				ks.each(func(k ServiceKey) { out = append(out, k.Name) })
+				sort.Strings(out)
+				return out
+			}
+			sort.Strings(want)
+			if got := members(); !reflect.DeepEqual(got, want) {
+				t.Errorf("members %v, want %v", got, want)
+			}
+			for i := 0; i < n; i++ {
+				empty := ks.remove(ServiceKey{Namespace: "ns", Name: fmt.Sprintf("s%d", i)})
+				if empty != (i == n-1) {
+					t.Errorf("after removing s%d of %d: empty = %v", i, n, empty)
+				}
+			}
+			if got := members(); len(got) != 0 {
+				t.Errorf("members after removing all: %v", got)
+			}
+		})
+	}
+}
