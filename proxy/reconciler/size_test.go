@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/nftproxy/nftproxy/nft"
@@ -25,5 +27,23 @@ func TestPlanSize(t *testing.T) {
 				t.Errorf("size() = %d, emit appended %d ops", got, want)
 			}
 		})
+	}
+}
+
+// TestOrderElements: element ops grouped by set in name order, a hash set's elements in the
+// order they came, an interval set's in canonical order.
+func TestOrderElements(t *testing.T) {
+	el := func(set string, k uint32) *nft.Element {
+		return &nft.Element{Set: set, Key: []nft.Value{nft.Int(k)}}
+	}
+	ix := &objects{sets: map[string]*nft.Set{"a": {Name: "a"}, "b": {Name: "b"}, "r": {Name: "r", Interval: true}}}
+	in := []*nft.Element{el("b", 9), el("r", 3), el("a", 5), el("b", 1), el("r", 1), el("gone", 7), el("a", 2), el("r", 2)}
+	want := []string{"a 5", "a 2", "b 9", "b 1", "gone 7", "r 1", "r 2", "r 3"}
+	var got []string
+	for _, e := range orderElements(in, ix) {
+		got = append(got, fmt.Sprintf("%s %d", e.Set, e.Key[0].Num))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
 	}
 }
