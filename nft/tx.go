@@ -63,6 +63,16 @@ type Transaction struct {
 // NewTransaction starts an empty transaction whose operations act on table t.
 func NewTransaction(t Table) *Transaction { return &Transaction{Table: t} }
 
+// Grow makes room for n more operations: a full sync adds hundreds of thousands, and growing
+// the list by doubling allocated about four times its final size.
+func (tx *Transaction) Grow(n int) {
+	if n > cap(tx.Ops)-len(tx.Ops) {
+		ops := make([]Op, len(tx.Ops), len(tx.Ops)+n)
+		copy(ops, tx.Ops)
+		tx.Ops = ops
+	}
+}
+
 // Add appends an add operation. Rules are appended to the end of their chain.
 func (tx *Transaction) Add(o Object) {
 	tx.Ops = append(tx.Ops, Op{Verb: VerbAdd, Table: tx.Table, Object: o})

@@ -449,19 +449,22 @@ func decodeDocument(dec runtime.Decoder, doc []byte, file string, index, depth i
 	if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
 		return nil // empty document, e.g. a trailing "---" or only comments
 	}
-	var h typeHeader
-	if err := json.Unmarshal(js, &h); err != nil {
-		return fmt.Errorf("not a Kubernetes object (want a mapping with apiVersion and kind): %w", err)
-	}
-	if h.APIVersion == "" || h.Kind == "" {
-		return fmt.Errorf("apiVersion and kind are required (got apiVersion %q, kind %q)", h.APIVersion, h.Kind)
-	}
 	obj, _, err := dec.Decode(js, nil, nil)
-	if runtime.IsNotRegisteredError(err) {
-		out.Skipped = append(out.Skipped, Skipped{File: file, Document: index, APIVersion: h.APIVersion, Kind: h.Kind, Name: h.Metadata.Name})
-		return nil
-	}
 	if err != nil {
+		// The header is read only now: a document the decoder takes has both apiVersion and
+		// kind, and parsing every document a second time for them cost ~0.2 s of CPU in a
+		// 20,000-document load.
+		var h typeHeader
+		if err := json.Unmarshal(js, &h); err != nil {
+			return fmt.Errorf("not a Kubernetes object (want a mapping with apiVersion and kind): %w", err)
+		}
+		if h.APIVersion == "" || h.Kind == "" {
+			return fmt.Errorf("apiVersion and kind are required (got apiVersion %q, kind %q)", h.APIVersion, h.Kind)
+		}
+		if runtime.IsNotRegisteredError(err) {
+			out.Skipped = append(out.Skipped, Skipped{File: file, Document: index, APIVersion: h.APIVersion, Kind: h.Kind, Name: h.Metadata.Name})
+			return nil
+		}
 		return fmt.Errorf("decode %s %q: %w", h.Kind, h.Metadata.Name, err)
 	}
 	switch o := obj.(type) {
@@ -470,6 +473,7 @@ func decodeDocument(dec runtime.Decoder, doc []byte, file string, index, depth i
 		out.addService(o, file, index)
 	case *discoveryv1.EndpointSlice:
 		defaultEndpointSlice(o)
+		compactSlice(o)
 		out.addSlice(o, file, index)
 	case *corev1.Node:
 		if errs := validateNode(o); len(errs) > 0 {
@@ -518,4 +522,13 @@ func (o *Objects) addSlice(s *discoveryv1.EndpointSlice, file string, doc int) {
 	clear(s.Endpoints[len(kept):])
 	s.Endpoints = kept
 	o.EndpointSlices = append(o.EndpointSlices, s)
+}
+
+// compactSlice gives a decoded slice's endpoints an array of their own size: the decoder grows
+// arrays by doubling (room for 16 of 10 endpoints), and the objects are kept until the next
+// reload (the cache, the tracker), ~6 MB at 10k EndpointSlices of 10 endpoints.
+func compactSlice(s *discoveryv1.EndpointSlice) {
+	if cap(s.Endpoints) > len(s.Endpoints) {
+		s.Endpoints = append([]discoveryv1.Endpoint(nil), s.Endpoints...)
+	}
 }

@@ -103,26 +103,92 @@ func claimsOf(s *Service, node NodeAddresses) []claim {
 }
 
 // claimIndex finds, for a claim, the Services whose claims overlap it.
-type claimIndex map[claimKey]map[ServiceKey][]claim
+type claimIndex map[claimKey]*claimants
+
+// claimants are the Services claiming ports at one key. Most keys (a Service's own cluster IP)
+// have one; the node ports of a protocol have thousands. The first few are kept in a slice: a
+// map per key cost ~500 bytes, ~9 MB of a 10k-Service model.
+type claimants struct {
+	few  []serviceClaims        // while at most fewClaimants Services claim the key
+	many map[ServiceKey][]claim // once more do
+}
+
+type serviceClaims struct {
+	svc    ServiceKey
+	claims []claim
+}
+
+const fewClaimants = 4
+
+func (cl *claimants) add(svc ServiceKey, c claim) {
+	if cl.many != nil {
+		cl.many[svc] = append(cl.many[svc], c)
+		return
+	}
+	for i := range cl.few {
+		if cl.few[i].svc == svc {
+			cl.few[i].claims = append(cl.few[i].claims, c)
+			return
+		}
+	}
+	if len(cl.few) < fewClaimants {
+		cl.few = append(cl.few, serviceClaims{svc, []claim{c}})
+		return
+	}
+	cl.many = make(map[ServiceKey][]claim, len(cl.few)+1)
+	for _, sc := range cl.few {
+		cl.many[sc.svc] = sc.claims
+	}
+	cl.few = nil
+	cl.many[svc] = []claim{c}
+}
+
+// remove drops every claim of svc and reports whether no Service is left.
+func (cl *claimants) remove(svc ServiceKey) bool {
+	if cl.many != nil {
+		delete(cl.many, svc)
+		return len(cl.many) == 0
+	}
+	for i := range cl.few {
+		if cl.few[i].svc == svc {
+			cl.few = append(cl.few[:i], cl.few[i+1:]...)
+			break
+		}
+	}
+	return len(cl.few) == 0
+}
+
+// each calls fn for every Service and its claims at the key.
+func (cl *claimants) each(fn func(ServiceKey, []claim)) {
+	if cl == nil {
+		return
+	}
+	if cl.many != nil {
+		for svc, claims := range cl.many {
+			fn(svc, claims)
+		}
+		return
+	}
+	for _, sc := range cl.few {
+		fn(sc.svc, sc.claims)
+	}
+}
 
 func (ix claimIndex) add(svc ServiceKey, claims []claim) {
 	for _, c := range claims {
-		m := ix[c.key]
-		if m == nil {
-			m = map[ServiceKey][]claim{}
-			ix[c.key] = m
+		cl := ix[c.key]
+		if cl == nil {
+			cl = &claimants{}
+			ix[c.key] = cl
 		}
-		m[svc] = append(m[svc], c)
+		cl.add(svc, c)
 	}
 }
 
 func (ix claimIndex) remove(svc ServiceKey, claims []claim) {
 	for _, c := range claims {
-		if m := ix[c.key]; m != nil {
-			delete(m, svc)
-			if len(m) == 0 {
-				delete(ix, c.key)
-			}
+		if cl := ix[c.key]; cl != nil && cl.remove(svc) {
+			delete(ix, c.key)
 		}
 	}
 }
@@ -130,9 +196,9 @@ func (ix claimIndex) remove(svc ServiceKey, claims []claim) {
 // overlapping calls visit for every other Service with a claim overlapping one of claims.
 func (ix claimIndex) overlapping(self ServiceKey, claims []claim, visit func(ServiceKey)) {
 	for _, c := range claims {
-		for other, theirs := range ix[c.key] {
+		ix[c.key].each(func(other ServiceKey, theirs []claim) {
 			if other == self {
-				continue
+				return
 			}
 			for _, t := range theirs {
 				if c.overlaps(t) {
@@ -140,7 +206,7 @@ func (ix claimIndex) overlapping(self ServiceKey, claims []claim, visit func(Ser
 					break
 				}
 			}
-		}
+		})
 	}
 }
 
@@ -208,14 +274,14 @@ func conflicts(r ranked, accepted claimIndex) []lost {
 	for _, c := range r.claims {
 		var winner *ServiceKey
 		var theirs claim
-		for other, claims := range accepted[c.key] {
+		accepted[c.key].each(func(other ServiceKey, claims []claim) {
 			for _, t := range claims {
 				if c.overlaps(t) && (winner == nil || other.String() < winner.String()) {
 					o := other
 					winner, theirs = &o, t
 				}
 			}
-		}
+		})
 		if winner == nil {
 			continue
 		}

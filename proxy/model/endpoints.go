@@ -154,8 +154,19 @@ type epKey struct {
 // forPort returns the endpoints of one ServicePort, deduplicated by address and port (a ready
 // copy wins over a not-ready one, as an endpoint may briefly sit in two slices) and sorted.
 func (s endpointSet) forPort(sp *ServicePort) []Endpoint {
-	var out []Endpoint
-	index := map[epKey]int{}
+	// Sized once: the model keeps this slice, and append's doubling left ~40% of every
+	// Service's endpoints unused (10 endpoints took room for 16).
+	n := 0
+	for _, ps := range s.slices {
+		if _, ok := slicePort(ps.ports, sp); ok {
+			n += len(ps.endpoints)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Endpoint, 0, n)
+	index := make(map[epKey]int, n)
 	for _, ps := range s.slices {
 		port, ok := slicePort(ps.ports, sp)
 		if !ok {

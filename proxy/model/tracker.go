@@ -56,7 +56,7 @@ type Tracker struct {
 	nodeAddrs NodeAddresses
 	// byAddr indexes Services by the addresses they name, so a node-address change rebuilds
 	// only the Services on the addresses that came or went.
-	byAddr map[netip.Addr]map[ServiceKey]bool
+	byAddr map[netip.Addr]*keySet
 
 	changed     map[ServiceKey]bool
 	nodeChanged bool
@@ -96,7 +96,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 		owners:   map[ServiceKey]ServiceKey{},
 		claims:   claimIndex{},
 		changed:  map[ServiceKey]bool{},
-		byAddr:   map[netip.Addr]map[ServiceKey]bool{},
+		byAddr:   map[netip.Addr]*keySet{},
 		latency:  newLatencyStarts(cfg.Now()),
 	}
 }

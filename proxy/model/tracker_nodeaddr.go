@@ -2,6 +2,7 @@ package model
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 )
 
@@ -53,9 +54,7 @@ func (t *Tracker) refreshNodeAddrs() []rejectionEvent {
 	for _, set := range []struct{ a, b NodeAddresses }{{next, t.nodeAddrs}, {t.nodeAddrs, next}} {
 		for a, origin := range set.a {
 			if set.b[a] != origin {
-				for k := range t.byAddr[a] {
-					affected[k] = true
-				}
+				t.byAddr[a].each(func(k ServiceKey) { affected[k] = true })
 			}
 		}
 	}
@@ -74,20 +73,68 @@ func (t *Tracker) refreshNodeAddrs() []rejectionEvent {
 // indexAddrs replaces the addresses a Service is indexed under.
 func (t *Tracker) indexAddrs(key ServiceKey, ts *trackedService, addrs []netip.Addr) {
 	for _, a := range ts.addrs {
-		if m := t.byAddr[a]; m != nil {
-			delete(m, key)
-			if len(m) == 0 {
-				delete(t.byAddr, a)
-			}
+		if ks := t.byAddr[a]; ks != nil && ks.remove(key) {
+			delete(t.byAddr, a)
 		}
 	}
 	ts.addrs = addrs
 	for _, a := range addrs {
-		m := t.byAddr[a]
-		if m == nil {
-			m = map[ServiceKey]bool{}
-			t.byAddr[a] = m
+		ks := t.byAddr[a]
+		if ks == nil {
+			ks = &keySet{}
+			t.byAddr[a] = ks
 		}
-		m[key] = true
+		ks.add(key)
+	}
+}
+
+// keySet is the Services naming one address. Nearly every address (a cluster IP) has one: the
+// first few are kept in a slice (a map per address cost ~350 bytes), a map past fewClaimants.
+type keySet struct {
+	few  []ServiceKey
+	many map[ServiceKey]bool
+}
+
+func (ks *keySet) add(k ServiceKey) {
+	if ks.many != nil {
+		ks.many[k] = true
+		return
+	}
+	if slices.Contains(ks.few, k) {
+		return
+	}
+	if len(ks.few) < fewClaimants {
+		ks.few = append(ks.few, k)
+		return
+	}
+	ks.many = make(map[ServiceKey]bool, len(ks.few)+1)
+	for _, o := range ks.few {
+		ks.many[o] = true
+	}
+	ks.few = nil
+	ks.many[k] = true
+}
+
+// remove drops k and reports whether the set is empty.
+func (ks *keySet) remove(k ServiceKey) bool {
+	if ks.many != nil {
+		delete(ks.many, k)
+		return len(ks.many) == 0
+	}
+	if i := slices.Index(ks.few, k); i >= 0 {
+		ks.few = slices.Delete(ks.few, i, i+1)
+	}
+	return len(ks.few) == 0
+}
+
+func (ks *keySet) each(fn func(ServiceKey)) {
+	if ks == nil {
+		return
+	}
+	for k := range ks.many {
+		fn(k)
+	}
+	for _, k := range ks.few {
+		fn(k)
 	}
 }

@@ -1,8 +1,8 @@
 package reconciler
 
 import (
+	"encoding/binary"
 	"slices"
-	"strconv"
 
 	"github.com/nftproxy/nftproxy/nft"
 )
@@ -25,28 +25,44 @@ type Fragment struct {
 
 // ElementID identifies an element within its table: set name, key and interval end (an end
 // equal to the key is the same element as no end). Two elements with the same ID cannot both be
-// in the kernel; their values may differ. It is on the hot path of every sync (one call per
-// element of every changed fragment, and per element read back): one allocation, no fmt.
+// in the kernel; their values may differ. It is a map key, never shown: a compact binary form
+// (the set's name, a NUL, then each value self-delimited by a tag), as every element of the
+// table keeps one: ~22 bytes for a slot where the text form took ~37. It is on the hot path of
+// every sync (one call per element of every changed fragment, and per element read back): one
+// allocation for the result, no fmt.
 func ElementID(e *nft.Element) string {
-	b := make([]byte, 0, len(e.Set)+24*(len(e.Key)+len(e.KeyEnd)))
-	b = append(append(b, e.Set...), ' ')
+	var buf [96]byte
+	b := append(append(buf[:0], e.Set...), 0)
 	b = appendValues(b, e.Key)
 	if e.KeyEnd != nil && !slices.Equal(e.Key, e.KeyEnd) {
-		b = appendValues(append(b, '-'), e.KeyEnd)
+		b = appendValues(append(b, idTagEnd), e.KeyEnd)
 	}
 	return string(b)
 }
 
+// The tags that start each value of an ElementID (and its interval end): none is a valid
+// start of another, so the encoding is prefix-free and two IDs are equal only for equal keys.
+const (
+	idTagInvalid = 0
+	idTagIPv4    = 4 // then 4 bytes
+	idTagIPv6    = 6 // then 16 bytes
+	idTagNum     = 'n'
+	idTagEnd     = 'e'
+)
+
 func appendValues(b []byte, vs []nft.Value) []byte {
-	for i, v := range vs {
-		if i > 0 {
-			b = append(b, " . "...)
-		}
-		switch v.Type {
-		case nft.TypeIPv4Addr, nft.TypeIPv6Addr:
-			b = v.Addr.AppendTo(b)
+	for _, v := range vs {
+		switch {
+		case v.Type != nft.TypeIPv4Addr && v.Type != nft.TypeIPv6Addr:
+			b = binary.AppendUvarint(append(b, idTagNum), uint64(v.Num))
+		case !v.Addr.IsValid():
+			b = append(b, idTagInvalid)
+		case v.Addr.Is4():
+			a := v.Addr.As4()
+			b = append(append(b, idTagIPv4), a[:]...)
 		default:
-			b = strconv.AppendUint(b, uint64(v.Num), 10)
+			a := v.Addr.As16()
+			b = append(append(b, idTagIPv6), a[:]...)
 		}
 	}
 	return b

@@ -6,41 +6,80 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 )
 
-// elemEntry is one element and how many owners want it (a ClusterIP with several ports, an
-// endpoint behind several Services).
+// element is what an index holds per element: the desired index's entries (with their owners
+// and reference counts) or the applied index's bare elements (the kernel's copy needs neither:
+// a second entry per element cost ~64 bytes × every element of the table).
+type element interface {
+	comparable
+	elem() *nft.Element
+}
+
+// elemEntry is one desired element and how many owners want it (a ClusterIP with several
+// ports, an endpoint behind several Services). The element lives inside its entry (one
+// allocation per element, not two).
 type elemEntry struct {
-	// el is never changed in place: a new value gets a new pointer, so the desired and the
-	// applied index share one copy of every element they agree on.
-	el *nft.Element
+	// el is never changed in place: the applied index points at it once committed, so the
+	// desired and the applied index share one copy of every element they agree on. A new value
+	// gets a new entry (replace).
+	el nft.Element
 	// id is the index's key, kept so that owners' records share its bytes.
 	id string
-	// refs counts the owners that want the element (int32 keeps the entry in 64 bytes).
+	// refs counts the owners that want the element.
 	refs int32
-	// shared is set once an owner other than owner (the first that wanted it, desired index
-	// only) wants it too, and then the owners are found by looking (see ownerOf).
+	// shared is set once an owner other than owner (the first that wanted it) wants it too,
+	// and then the owners are found by looking (see ownerOf).
 	shared bool
 	owner  Owner
 }
 
-// index is one table's objects, by name: what we want (desired) or what the kernel holds
-// (applied).
-type index struct {
+func (e *elemEntry) elem() *nft.Element { return &e.el }
+
+// replace returns a copy of the entry holding el instead (the old one may be what the kernel
+// holds: the applied index points into it).
+func (e *elemEntry) replace(el *nft.Element) *elemEntry {
+	c := *e
+	c.el = *el
+	return &c
+}
+
+// appliedElem is an element the kernel holds (the applied index): the desired entry's element
+// itself once committed, shared, never changed.
+type appliedElem nft.Element
+
+func (e *appliedElem) elem() *nft.Element { return (*nft.Element)(e) }
+
+// applied converts an element for the applied index (no copy).
+func applied(e *nft.Element) *appliedElem { return (*appliedElem)(e) }
+
+// objects are one table's chains and sets, by name, and which chains name each set.
+type objects struct {
 	chains map[string]*ChainDef
 	sets   map[string]*nft.Set
-	elems  map[string]*elemEntry // by ElementID
+	// refs lists, per set, the chains whose rules name it.
+	refs map[string]map[string]bool
+}
+
+// index is one table's objects and elements: what we want (desired, index[*elemEntry]) or what
+// the kernel holds (applied, index[*appliedElem]).
+type index[E element] struct {
+	objects
+	elems map[string]E // by ElementID
 	// perSet counts the elements of each set (a second map of every element's ID cost as much
-	// as the index itself: the few lookups by set scan elems, see eachInSets); refs lists, per
-	// set, the chains whose rules name it.
+	// as the index itself: the few lookups by set scan elems, see eachInSets).
 	perSet map[string]int
-	refs   map[string]map[string]bool
 }
 
-func newIndex() *index {
-	return &index{chains: map[string]*ChainDef{}, sets: map[string]*nft.Set{}, elems: map[string]*elemEntry{},
-		perSet: map[string]int{}, refs: map[string]map[string]bool{}}
+type (
+	desiredIndex = index[*elemEntry]
+	appliedIndex = index[*appliedElem]
+)
+
+func newIndex[E element]() *index[E] {
+	return &index[E]{objects: objects{chains: map[string]*ChainDef{}, sets: map[string]*nft.Set{},
+		refs: map[string]map[string]bool{}}, elems: map[string]E{}, perSet: map[string]int{}}
 }
 
-func (ix *index) putChain(c *ChainDef) {
+func (ix *objects) putChain(c *ChainDef) {
 	ix.delChain(c.Chain.Name)
 	ix.chains[c.Chain.Name] = c
 	for _, r := range c.Rules {
@@ -53,7 +92,7 @@ func (ix *index) putChain(c *ChainDef) {
 	}
 }
 
-func (ix *index) delChain(name string) {
+func (ix *objects) delChain(name string) {
 	if old, ok := ix.chains[name]; ok {
 		for _, r := range old.Rules {
 			for _, s := range setsOf(r) {
@@ -67,31 +106,27 @@ func (ix *index) delChain(name string) {
 	}
 }
 
-func (ix *index) putSet(s *nft.Set)  { ix.sets[s.Name] = s }
-func (ix *index) delSet(name string) { delete(ix.sets, name) }
+func (ix *objects) putSet(s *nft.Set)  { ix.sets[s.Name] = s }
+func (ix *objects) delSet(name string) { delete(ix.sets, name) }
 
-func (ix *index) isDynamic(set string) bool {
+func (ix *objects) isDynamic(set string) bool {
 	s, ok := ix.sets[set]
 	return ok && s.Dynamic
 }
 
-// putElem sets an element keeping its reference count (1 for a new one) and returns its entry.
-// e must not change afterwards.
-func (ix *index) putElem(id string, e *nft.Element) *elemEntry {
-	if cur, ok := ix.elems[id]; ok {
-		cur.el = e
-		return cur
+// putElem sets the element of id (an applied element replaced, a desired entry added: Set
+// changes an existing entry itself). e must not change afterwards.
+func (ix *index[E]) putElem(id string, e E) {
+	if _, ok := ix.elems[id]; !ok {
+		ix.perSet[e.elem().Set]++
 	}
-	cur := &elemEntry{el: e, id: id, refs: 1}
-	ix.elems[id] = cur
-	ix.perSet[e.Set]++
-	return cur
+	ix.elems[id] = e
 }
 
 // eachInSets calls fn for every element of the named sets: one scan of the index, and none
 // when those sets hold nothing (a new set, or one the packet path fills). fn may delete the
 // element it is given.
-func (ix *index) eachInSets(sets map[string]bool, fn func(id string, e *elemEntry)) {
+func (ix *index[E]) eachInSets(sets map[string]bool, fn func(id string, e E)) {
 	some := false
 	for n := range sets {
 		if ix.perSet[n] > 0 {
@@ -102,23 +137,17 @@ func (ix *index) eachInSets(sets map[string]bool, fn func(id string, e *elemEntr
 		return
 	}
 	for id, e := range ix.elems {
-		if sets[e.el.Set] {
+		if sets[e.elem().Set] {
 			fn(id, e)
 		}
 	}
 }
 
-// cloneElement copies an element for an index, so the caller's fragment can be dropped (the
-// key and data slices are shared: nobody changes them).
-func cloneElement(e *nft.Element) *nft.Element {
-	c := *e
-	return &c
-}
-
-func (ix *index) delElem(id string) {
+func (ix *index[E]) delElem(id string) {
 	if cur, ok := ix.elems[id]; ok {
-		if ix.perSet[cur.el.Set]--; ix.perSet[cur.el.Set] <= 0 {
-			delete(ix.perSet, cur.el.Set)
+		set := cur.elem().Set
+		if ix.perSet[set]--; ix.perSet[set] <= 0 {
+			delete(ix.perSet, set)
 		}
 		delete(ix.elems, id)
 	}
@@ -144,8 +173,8 @@ func setsOf(r nft.Rule) []string {
 
 // indexFromDump turns a kernel read-back into an index. Rule handles are kept on the rules (they
 // are ignored when comparing) so single stray rules could be deleted.
-func indexFromDump(rs *nft.Ruleset) *index {
-	ix := newIndex()
+func indexFromDump(rs *nft.Ruleset) *appliedIndex {
+	ix := newIndex[*appliedElem]()
 	byChain := map[string][]nft.Rule{}
 	for _, r := range rs.Rules {
 		byChain[r.Chain] = append(byChain[r.Chain], r)
@@ -159,13 +188,13 @@ func indexFromDump(rs *nft.Ruleset) *index {
 	}
 	for _, els := range rs.Elements {
 		for i := range els {
-			ix.putElem(ElementID(&els[i]), &els[i])
+			ix.putElem(ElementID(&els[i]), applied(&els[i]))
 		}
 	}
 	return ix
 }
 
-func (ix *index) counts() (chains, rules, sets, elems int) {
+func (ix *index[E]) counts() (chains, rules, sets, elems int) {
 	for _, c := range ix.chains {
 		rules += len(c.Rules)
 	}

@@ -46,8 +46,8 @@ type table struct {
 	// Kept up to date by Set: the cost is the fragment's, never the table's.
 	chainOwner, setOwner map[string]Owner
 	chainRefs            map[string]int // owners declaring each desired chain
-	desired              *index
-	applied              *index // nil: unknown, read the kernel on the next Commit
+	desired              *desiredIndex
+	applied              *appliedIndex // nil: unknown, read the kernel on the next Commit
 	dirty                keys
 	stale                map[string]time.Time // chains flushed because nobody wants them, and since when
 }
@@ -66,7 +66,7 @@ func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...
 	for _, t := range tables {
 		r.tables = append(r.tables, &table{t: t, owners: map[Owner]*ownerRecord{},
 			chainOwner: map[string]Owner{}, setOwner: map[string]Owner{}, chainRefs: map[string]int{},
-			desired: newIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
+			desired: newIndex[*elemEntry](), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
 	return r
 }
@@ -169,8 +169,8 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 			if cur.owner != owner {
 				cur.shared = true
 			}
-			if !sameElement(cur.el, e) {
-				cur.el = cloneElement(e)
+			if !sameElement(&cur.el, e) {
+				d.elems[id] = cur.replace(e)
 				if track {
 					tb.dirty.elems[id] = true
 				}
@@ -178,7 +178,7 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 			continue
 		}
 		rec.elems = append(rec.elems, id)
-		d.putElem(id, cloneElement(e)).owner = owner
+		d.putElem(id, &elemEntry{el: *e, id: id, refs: 1, owner: owner})
 		if track {
 			tb.dirty.elems[id] = true
 		}
@@ -247,7 +247,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 	tx := nft.NewTransaction(r.tables[0].t)
 	plans := make([]*plan, len(r.tables))
 	for i, tb := range r.tables {
-		var believed *index
+		var believed *appliedIndex
 		if res.Full {
 			believed = tb.applied
 			kernel, err := r.readBack(ctx, tb.t)
@@ -258,13 +258,20 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 		}
 		ks := tb.dirty
 		if res.Full {
-			ks = allKeys(tb.desired, tb.applied)
+			ks = allKeys(&tb.desired.objects, &tb.applied.objects)
 		}
 		plans[i] = r.plan(tb, ks)
-		plans[i].emit(tx)
 		if res.Full && believed != nil {
 			res.Repairs += countDrift(believed, tb.applied)
 		}
+	}
+	n := 0
+	for _, p := range plans {
+		n += p.size()
+	}
+	tx.Grow(n)
+	for _, p := range plans {
+		p.emit(tx)
 	}
 	res.Ops = tx.Len()
 	if res.Ops > 0 {
@@ -298,10 +305,10 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 	return res, nil
 }
 
-func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*index, error) {
+func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*appliedIndex, error) {
 	rs, err := r.kernel.Dump(ctx, t)
 	if nft.IsNotFound(err) {
-		return newIndex(), nil
+		return newIndex[*appliedElem](), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read back table %s: %w", t, err)

@@ -139,7 +139,7 @@ func TestNewSetElementsAddedOnce(t *testing.T) {
 		if e, ok := op.Object.(*nft.Element); ok {
 			id := op.Table.String() + " " + reconciler.ElementID(e)
 			if seen[id] {
-				t.Errorf("element %s added twice in one transaction", id)
+				t.Errorf("element %s %+v added twice in one transaction", op.Table, *e)
 			}
 			seen[id] = true
 		}
