@@ -127,10 +127,11 @@ type Error struct {
 
 // Error says which packet and what went wrong, for a test failure or a tool's answer.
 func (e *Error) Error() string {
-	return fmt.Sprintf("trace %s %s -> %s:%d: %s", protoName(e.Packet.Proto), e.Packet.Saddr, e.Packet.Daddr, e.Packet.Dport, e.Reason)
+	return fmt.Sprintf("trace %s %s -> %s:%d: %s", ProtoName(e.Packet.Proto), e.Packet.Saddr, e.Packet.Daddr, e.Packet.Dport, e.Reason)
 }
 
-func protoName(p uint8) string {
+// ProtoName is how nft writes a layer-4 protocol (tcp, udp, sctp), and "proto N" for others.
+func ProtoName(p uint8) string {
 	switch p {
 	case unix.IPPROTO_TCP:
 		return "tcp"

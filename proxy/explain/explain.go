@@ -208,7 +208,7 @@ func (a *Answer) read(rs *nft.Ruleset) {
 			}
 		case s.Chain == ruleset.ChainClusterIPsCheck:
 			a.Reasons = append(a.Reasons, fmt.Sprintf("%s is a ClusterIP, but no Service has port %s/%d on it: rejected [%s]",
-				a.Packet.Daddr, protoName(a.Packet.Proto), a.Packet.Dport, s.Chain))
+				a.Packet.Daddr, trace.ProtoName(a.Packet.Proto), a.Packet.Dport, s.Chain))
 		case has(s.Did, "policy drop"):
 			a.Reasons = append(a.Reasons, fmt.Sprintf("the policy of base chain %s: dropped", s.Chain))
 		case has(s.Did, "drop") && s.Map == "":

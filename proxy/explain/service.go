@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/nft/trace"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
@@ -56,11 +56,11 @@ func (n *Node) Service(key string, src netip.Addr) ServiceAnswer {
 				if !ok {
 					if (m == ruleset.MapNodePorts || m == ruleset.MapNoEndpointNodePorts) && len(e.Key) == 2 {
 						out.Notes = append(out.Notes, fmt.Sprintf("node port %s/%d (%s): no %s node address accepts node ports (no Node object, or --nodeport-addresses matches none of its addresses)",
-							protoName(uint8(e.Key[0].Num)), e.Key[1].Num, rs.Table.Family, rs.Table.Family))
+							trace.ProtoName(uint8(e.Key[0].Num)), e.Key[1].Num, rs.Table.Family, rs.Table.Family))
 					}
 					continue
 				}
-				id := fmt.Sprintf("%s %s %d", dst, protoName(proto), port)
+				id := fmt.Sprintf("%s %s %d", dst, trace.ProtoName(proto), port)
 				if seen[id] {
 					continue
 				}
@@ -132,17 +132,6 @@ func parseProto(s string) (uint8, error) {
 	return 0, fmt.Errorf("protocol %q is not tcp, udp or sctp", s)
 }
 
-func protoName(p uint8) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "tcp"
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
-	}
-	return strconv.Itoa(int(p))
-}
 
 // rejectionsSorted lists the daemon's rejections by Service, for an answer that met none.
 func (n *Node) rejectionsSorted() []Rejection {

@@ -39,7 +39,7 @@ func (n *Node) WriteAnswer(w io.Writer, a Answer, indent string) {
 	case p.Saddr == Outside(p.Daddr):
 		from += " (a client outside the cluster; --from SRC asks for another)"
 	}
-	fmt.Fprintf(w, "%s%s %s -> %s, %s\n", indent, protoName(p.Proto), from, hostPort(p), tableWords(a))
+	fmt.Fprintf(w, "%s%s %s -> %s, %s\n", indent, trace.ProtoName(p.Proto), from, hostPort(p), tableWords(a))
 	in := indent + "  "
 	if a.Err != nil {
 		fmt.Fprintf(w, "%serror: %v\n", in, a.Err)

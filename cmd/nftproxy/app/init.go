@@ -18,8 +18,14 @@ import (
 // registerConntrackFlags registers kube-proxy's --conntrack-* flags, with its names, defaults
 // and meanings, on fs, filling c.
 func registerConntrackFlags(fs *flag.FlagSet, c *sysctl.Conntrack) {
-	d := sysctl.Defaults()
-	*c = d
+	*c = sysctl.Defaults()
+	conntrackFlags(fs, c)
+}
+
+// conntrackFlags registers the --conntrack-* flags on fs, filling c, with c's values as their
+// defaults.
+func conntrackFlags(fs *flag.FlagSet, c *sysctl.Conntrack) {
+	d := *c
 	fs.Var(int32Value{&c.MaxPerCore}, "conntrack-max-per-core", "nf_conntrack_max per CPU (0 to leave the limit as-is and ignore --conntrack-min)")
 	fs.Var(int32Value{&c.Min}, "conntrack-min", "least nf_conntrack_max, whatever --conntrack-max-per-core gives")
 	fs.DurationVar(&c.TCPEstablishedTimeout, "conntrack-tcp-timeout-established", d.TCPEstablishedTimeout, "idle timeout of established TCP connections (0 to leave as-is)")
@@ -136,23 +142,17 @@ func conntrackFromConfig(fs *flag.FlagSet, path string, flags sysctl.Conntrack) 
 	if err != nil {
 		return flags, fmt.Errorf("--config %s: %w", path, err)
 	}
+	// The flags given on the command line, set again over the file's values.
+	over := flag.NewFlagSet("conntrack", flag.ContinueOnError)
+	conntrackFlags(over, &c)
+	var setErr error
 	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "conntrack-max-per-core":
-			c.MaxPerCore = flags.MaxPerCore
-		case "conntrack-min":
-			c.Min = flags.Min
-		case "conntrack-tcp-timeout-established":
-			c.TCPEstablishedTimeout = flags.TCPEstablishedTimeout
-		case "conntrack-tcp-timeout-close-wait":
-			c.TCPCloseWaitTimeout = flags.TCPCloseWaitTimeout
-		case "conntrack-tcp-be-liberal":
-			c.TCPBeLiberal = flags.TCPBeLiberal
-		case "conntrack-udp-timeout":
-			c.UDPTimeout = flags.UDPTimeout
-		case "conntrack-udp-timeout-stream":
-			c.UDPStreamTimeout = flags.UDPStreamTimeout
+		if over.Lookup(f.Name) != nil && setErr == nil {
+			setErr = over.Set(f.Name, f.Value.String())
 		}
 	})
+	if setErr != nil {
+		return flags, setErr
+	}
 	return c, nil
 }
