@@ -218,70 +218,14 @@ func confRuleCases() []confCase {
 				add(base("in", ChainTypeFilter, HookInput, 0)), add(ch("d")), add(rule("d", "", DNAT{Addr: ip("198.18.0.9")})),
 				add(ch("r")), add(rule("r", "", Reject{})), add(&Set{Name: "vm", Key: []Type{TypeIPv4Addr}, Data: []Type{TypeVerdict}}),
 				add(rule("in", "", VMap{Fields: []Field{FieldDaddr}, Map: "vm"})), add(rule("pre", "", jump("d")))},
-				want: `table ip nftproxy {
-	map vm {
-		type ipv4_addr : verdict
-	}
-
-	chain d {
-		dnat to 198.18.0.9
-	}
-
-	chain in {
-		type filter hook input priority 0; policy accept;
-		ip daddr vmap @vm
-	}
-
-	chain post {
-		type nat hook postrouting priority 100; policy accept;
-	}
-
-	chain pre {
-		type nat hook prerouting priority -100; policy accept;
-		jump d
-	}
-
-	chain r {
-		reject
-	}
-}
-`},
+				want: baseChainsReach},
 			{ops: []confBuild{add(rule("pre", "", Masquerade{}))}, err: fail("operation not supported", 0), want: confSame},
 			{ops: []confBuild{add(ch("x")), add(rule("in", "", jump("d")))}, err: fail("operation not supported", 1), want: confSame},
 			{ops: []confBuild{add(ch("x")), add(velem("vm", goTo("d"), v("198.18.0.1")))}, err: fail("operation not supported", 1), want: confSame},
 			{ops: []confBuild{add(rule("post", "", jump("r")))}, err: fail("operation not supported", 0), want: confSame},
-			{ops: []confBuild{add(rule("in", "", goTo("r"))), add(velem("vm", jump("r"), v("198.18.0.1")))}, want: `table ip nftproxy {
-	map vm {
-		type ipv4_addr : verdict
-		elements = {
-			198.18.0.1 : jump r
-		}
-	}
-
-	chain d {
-		dnat to 198.18.0.9
-	}
-
-	chain in {
-		type filter hook input priority 0; policy accept;
-		ip daddr vmap @vm
-		goto r
-	}
-
-	chain post {
-		type nat hook postrouting priority 100; policy accept;
-	}
-
-	chain pre {
-		type nat hook prerouting priority -100; policy accept;
-		jump d
-	}
-
-	chain r {
-		reject
-	}
-}
-`},
+			{ops: []confBuild{add(rule("in", "", goTo("r"))), add(velem("vm", jump("r"), v("198.18.0.1")))}, want: strings.NewReplacer(
+				"type ipv4_addr : verdict\n", "type ipv4_addr : verdict\n\t\telements = {\n\t\t\t198.18.0.1 : jump r\n\t\t}\n",
+				"ip daddr vmap @vm\n", "ip daddr vmap @vm\n\t\tgoto r\n").Replace(baseChainsReach)},
 		}},
 		{name: "rule/jump-depth-and-loops", steps: []confStep{
 			{ops: confChainLadder(17), want: confLadderText(17, "")},
@@ -350,3 +294,33 @@ func confIncreasingHandles(t *testing.T, k Interface) {
 		last[r.Chain] = r.Handle
 	}
 }
+
+// baseChainsReach is the table of the rule/what-base-chains-reach case before its last step.
+const baseChainsReach = `table ip nftproxy {
+	map vm {
+		type ipv4_addr : verdict
+	}
+
+	chain d {
+		dnat to 198.18.0.9
+	}
+
+	chain in {
+		type filter hook input priority 0; policy accept;
+		ip daddr vmap @vm
+	}
+
+	chain post {
+		type nat hook postrouting priority 100; policy accept;
+	}
+
+	chain pre {
+		type nat hook prerouting priority -100; policy accept;
+		jump d
+	}
+
+	chain r {
+		reject
+	}
+}
+`
