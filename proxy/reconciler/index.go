@@ -16,7 +16,9 @@ type element interface {
 
 // elemEntry is one desired element and how many owners want it (a ClusterIP with several
 // ports, an endpoint behind several Services). The element lives inside its entry (one
-// allocation per element, not two).
+// allocation per element, not two). An entry is 144 bytes, a size class of its own: who wants
+// the element is not kept here (an Owner is 32 bytes; with it an entry took 176, ~7 MB at 10k
+// Services) but found in the owners' records, on the failure path alone (see ownersOf).
 type elemEntry struct {
 	// el is never changed in place: the applied index points at it once committed, so the
 	// desired and the applied index share one copy of every element they agree on. A new value
@@ -26,10 +28,6 @@ type elemEntry struct {
 	id string
 	// refs counts the owners that want the element.
 	refs int32
-	// shared is set once an owner other than owner (the first that wanted it) wants it too,
-	// and then the owners are found by looking (see ownerOf).
-	shared bool
-	owner  Owner
 }
 
 func (e *elemEntry) elem() *nft.Element { return &e.el }

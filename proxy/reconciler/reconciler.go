@@ -166,9 +166,6 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		if cur, ok := d.elems[id]; ok {
 			rec.elems = append(rec.elems, cur.id) // the index's copy of the ID: stored once
 			cur.refs++
-			if cur.owner != owner {
-				cur.shared = true
-			}
 			if !sameElement(&cur.el, e) {
 				d.elems[id] = cur.replace(e)
 				if track {
@@ -178,7 +175,7 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 			continue
 		}
 		rec.elems = append(rec.elems, id)
-		d.putElem(id, &elemEntry{el: *e, id: id, refs: 1, owner: owner})
+		d.putElem(id, &elemEntry{el: *e, id: id, refs: 1})
 		if track {
 			tb.dirty.elems[id] = true
 		}

@@ -1,0 +1,111 @@
+package reconciler_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
+)
+
+// batchRefuser refuses, in one batch, every element add whose key is in refuse: the first as
+// the error, the others in its Also, as the kernel's extended acks name them all.
+type batchRefuser struct {
+	nft.Interface
+	refuse map[netip.Addr]bool
+}
+
+func (k batchRefuser) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	var first *nft.OpError
+	for i, op := range tx.Ops {
+		e, ok := op.Object.(*nft.Element)
+		if !ok || op.Verb != nft.VerbAdd || !k.refuse[e.Key[0].Addr] {
+			continue
+		}
+		oe := &nft.OpError{Index: i, Op: "add element", Object: e.Key[0].Addr.String() + " in " + e.Set, Err: syscall.EPERM}
+		if first == nil {
+			first = oe
+		} else {
+			first.Also = append(first.Also, oe)
+		}
+	}
+	if first != nil {
+		return nft.Stats{}, first
+	}
+	return k.Interface.Apply(ctx, tx)
+}
+
+// TestRefusedElementsOfManyOwnersNameEachOnce: a batch whose refused element ops belong to
+// several owners (one element two of them want) names each owner once, the first refused op's
+// owner first, and an element no owner wants (the kernel's alone) to nobody.
+func TestRefusedElementsOfManyOwnersNameEachOnce(t *testing.T) {
+	tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+	addr := netip.MustParseAddr
+	el := func(a string) nft.Element { return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(addr(a))}} }
+	f := nft.NewFake()
+	set := nft.Set{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}
+	// The kernel holds an element nobody wants: deleting it is no owner's op.
+	pre := reconciler.New(f, logr.Discard(), time.Now, tbl)
+	pre.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}, Elements: []nft.Element{el("198.18.0.9")}})
+	if _, err := pre.Commit(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+
+	k := batchRefuser{Interface: f, refuse: map[netip.Addr]bool{
+		addr("198.18.0.1"): true, addr("198.18.0.2"): true, addr("198.18.0.3"): true, addr("198.18.0.4"): true}}
+	r := reconciler.New(k, logr.Discard(), time.Now, tbl)
+	a, b, c := reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Owner{Namespace: "ns", Name: "b"}, reconciler.Owner{Namespace: "ns", Name: "c"}
+	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, c, reconciler.Fragment{Elements: []nft.Element{el("198.18.0.1"), el("198.18.0.5")}})
+	r.Set(tbl, b, reconciler.Fragment{Elements: []nft.Element{el("198.18.0.2"), el("198.18.0.3")}})
+	r.Set(tbl, a, reconciler.Fragment{Elements: []nft.Element{el("198.18.0.3"), el("198.18.0.4")}})
+	_, err := r.Commit(context.Background(), false)
+	if err == nil {
+		t.Fatal("commit succeeded, want the injected refusals")
+	}
+	// Each refused element traced to its owner: .3, which b and a both want, to a (first in
+	// Owners order). The ops' order is the plan's, so the test follows it rather than fix it.
+	ownerOfAddr := map[netip.Addr]reconciler.Owner{addr("198.18.0.1"): c, addr("198.18.0.2"): b,
+		addr("198.18.0.3"): a, addr("198.18.0.4"): a}
+	var oe *nft.OpError
+	if !errors.As(err, &oe) {
+		t.Fatalf("error %v names no op", err)
+	}
+	var want []reconciler.Refusal
+	for _, e := range append([]*nft.OpError{oe}, oe.Also...) {
+		owner := ownerOfAddr[addr(strings.Fields(e.Object)[0])]
+		if !slices.ContainsFunc(want, func(r reconciler.Refusal) bool { return r.Owner == owner }) {
+			want = append(want, reconciler.Refusal{Owner: owner, Err: e})
+		}
+	}
+	if got := reconciler.Refusals(err); !slices.Equal(got, want) || len(got) != 3 {
+		t.Errorf("refusals %v, want %v (one per owner: c, b, a)", got, want)
+	}
+	if owner, ok := reconciler.RefusedOwner(err); !ok || owner != want[0].Owner {
+		t.Errorf("RefusedOwner = %v, %v; want %v", owner, ok, want[0].Owner)
+	}
+	for _, tc := range []struct {
+		op    nft.Op
+		owner reconciler.Owner
+		owned bool
+	}{
+		{nft.Op{Table: tbl, Verb: nft.VerbDelete, Object: ptr(el("198.18.0.9"))}, reconciler.Owner{}, false},
+		{nft.Op{Table: tbl, Verb: nft.VerbAdd, Object: ptr(el("198.18.0.3"))}, a, true},
+		{nft.Op{Table: tbl, Verb: nft.VerbAdd, Object: ptr(el("198.18.0.5"))}, c, true},
+	} {
+		if owner, ok := r.OwnerOf(tc.op); owner != tc.owner || ok != tc.owned {
+			t.Errorf("OwnerOf(%s) = %v, %v; want %v, %v", tc.op.Object.(*nft.Element).Key[0].Addr, owner, ok, tc.owner, tc.owned)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
