@@ -151,11 +151,11 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 	}
 	for tb, ids := range elems {
 		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
-			for _, id := range tb.owners[owner].elems {
-				for _, i := range ids[id] {
+			for _, e := range tb.owners[owner].elems {
+				for _, i := range ids[e.id] {
 					owners[i], owned[i] = owner, true
 				}
-				delete(ids, id)
+				delete(ids, e.id)
 			}
 			if len(ids) == 0 {
 				break
@@ -188,7 +188,11 @@ func (tb *table) anotherChainOwner(chain string, except Owner) Owner {
 // element).
 type ownerRecord struct {
 	chains, sets []string
-	elems        []string // element IDs, sharing the desired index's strings
+	// elems are the entries of the owner's elements, as the desired index held them when the
+	// owner was set: a pointer (8 bytes) rather than the element's ID (a 16-byte string header
+	// per element). Only the entry's id is read: the index's current entry for that ID may be
+	// a newer one (replace), which another owner set since.
+	elems []*elemEntry
 }
 
 // declares reports whether the owner's fragment declares chain.

@@ -159,34 +159,36 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	// While the kernel's state is unknown the next Commit diffs every element anyway: listing
 	// each one as dirty would only cost (a first sync sets hundreds of thousands).
 	track := tb.applied != nil
-	rec.elems = make([]string, 0, len(f.Elements))
+	rec.elems = make([]*elemEntry, 0, len(f.Elements))
 	for i := range f.Elements {
 		e := &f.Elements[i]
 		id := ElementID(e)
 		if cur, ok := d.elems[id]; ok {
-			rec.elems = append(rec.elems, cur.id) // the index's copy of the ID: stored once
 			cur.refs++
 			if !sameElement(&cur.el, e) {
-				d.elems[id] = cur.replace(e)
+				cur = cur.replace(e)
+				d.elems[id] = cur
 				if track {
 					tb.dirty.elems[id] = true
 				}
 			}
+			rec.elems = append(rec.elems, cur)
 			continue
 		}
-		rec.elems = append(rec.elems, id)
-		d.putElem(id, &elemEntry{el: *e, id: id, refs: 1})
+		cur := &elemEntry{el: *e, id: id, refs: 1}
+		rec.elems = append(rec.elems, cur)
+		d.putElem(id, cur)
 		if track {
 			tb.dirty.elems[id] = true
 		}
 	}
-	for _, id := range old.elems {
-		if cur, ok := d.elems[id]; ok {
+	for _, oe := range old.elems {
+		if cur, ok := d.elems[oe.id]; ok {
 			if cur.refs--; cur.refs <= 0 {
-				d.delElem(id)
+				d.delElem(oe.id)
 			}
 			if track {
-				tb.dirty.elems[id] = true
+				tb.dirty.elems[oe.id] = true
 			}
 		}
 	}

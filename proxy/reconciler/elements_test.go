@@ -109,3 +109,49 @@ func TestRefusedElementsOfManyOwnersNameEachOnce(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSharedElementOutlivesItsReplacedEntry: two owners want one element; one of them changes
+// its value (a new desired entry), then the owners leave one at a time. The element keeps the
+// last value set while either owner wants it and leaves the kernel with the last of them, and a
+// Commit after each step finds the kernel as believed (no repairs on a full one).
+func TestSharedElementOutlivesItsReplacedEntry(t *testing.T) {
+	tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+	f := nft.NewFake()
+	r := reconciler.New(f, logr.Discard(), time.Now, tbl)
+	key := nft.Addr(netip.MustParseAddr("198.18.0.1"))
+	el := func(data string) nft.Element {
+		return nft.Element{Set: "m", Key: []nft.Value{key}, Data: []nft.Value{nft.Addr(netip.MustParseAddr(data))}}
+	}
+	kernelHolds := func(step string, want ...string) {
+		t.Helper()
+		if _, err := r.Commit(context.Background(), false); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if res, err := r.Commit(context.Background(), true); err != nil || res.Repairs != 0 || res.Ops != 0 {
+			t.Fatalf("%s: full commit after it: %d repairs, %d ops, %v; want none", step, res.Repairs, res.Ops, err)
+		}
+		rs, err := f.Dump(context.Background(), tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range rs.Elements["m"] {
+			got = append(got, e.Data[0].Addr.String())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the kernel maps the key to %v, want %v", step, got, want)
+		}
+	}
+	a, b := reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Owner{Namespace: "ns", Name: "b"}
+	m := nft.Set{Name: "m", Key: []nft.Type{nft.TypeIPv4Addr}, Data: []nft.Type{nft.TypeIPv4Addr}}
+	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{m}})
+	r.Set(tbl, a, reconciler.Fragment{Elements: []nft.Element{el("198.18.1.1")}})
+	r.Set(tbl, b, reconciler.Fragment{Elements: []nft.Element{el("198.18.1.1")}})
+	kernelHolds("both set", "198.18.1.1")
+	r.Set(tbl, b, reconciler.Fragment{Elements: []nft.Element{el("198.18.1.2")}})
+	kernelHolds("b changed it", "198.18.1.2")
+	r.Set(tbl, a, reconciler.Fragment{})
+	kernelHolds("a left", "198.18.1.2")
+	r.Set(tbl, b, reconciler.Fragment{})
+	kernelHolds("b left")
+}
