@@ -3,8 +3,11 @@ package reconciler_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -154,4 +157,100 @@ func TestSharedElementOutlivesItsReplacedEntry(t *testing.T) {
 	kernelHolds("a left", "198.18.1.2")
 	r.Set(tbl, b, reconciler.Fragment{})
 	kernelHolds("b left")
+}
+
+// TestChurnKeepsTheAppliedStateTrue: a seeded run of Sets (owners sharing element IDs and
+// changing their values), partial and full Commits, refused Commits and elements deleted behind
+// the reconciler's back. After every Commit that succeeds the kernel holds exactly what the
+// owners want (each ID with the value last set for it), and a full Commit right after finds
+// nothing to repair and sends nothing: what the reconciler believes it applied is what the
+// kernel holds, through every change of desired entries.
+func TestChurnKeepsTheAppliedStateTrue(t *testing.T) {
+	ctx := context.Background()
+	tbl := nft.Table{Family: nft.IPv4, Name: ruleset.DefaultTable}
+	ip := func(i int) nft.Value { return nft.Addr(netip.AddrFrom4([4]byte{198, 18, 0, byte(i)})) }
+	m := nft.Set{Name: "m", Key: []nft.Type{nft.TypeIPv4Addr}, Data: []nft.Type{nft.TypeIPv4Addr}}
+	f := nft.NewFake()
+	r := reconciler.New(f, logr.Discard(), time.Now, tbl)
+	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{m}})
+	rnd := rand.New(rand.NewPCG(15, 1))
+	const keys, owners = 12, 5
+	holds := make([]map[int]bool, owners) // per owner, the keys of its fragment
+	last := map[int]int{}                 // key → the value last set for it
+	kernelIsWanted := func(step int) {
+		t.Helper()
+		rs, err := f.Dump(ctx, tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int]int{}
+		for _, e := range rs.Elements["m"] {
+			got[int(e.Key[0].Addr.As4()[3])] = int(e.Data[0].Addr.As4()[3])
+		}
+		want := map[int]int{}
+		for _, h := range holds {
+			for k := range h {
+				want[k] = last[k]
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("step %d: the kernel holds %v, want %v", step, got, want)
+		}
+	}
+	for step := range 400 {
+		switch x := rnd.IntN(100); {
+		case x < 55: // an owner sets its fragment
+			o := rnd.IntN(owners)
+			holds[o] = map[int]bool{}
+			var els []nft.Element
+			for range rnd.IntN(5) {
+				k := rnd.IntN(keys)
+				if holds[o][k] {
+					continue
+				}
+				v := 100 + rnd.IntN(3)
+				holds[o][k], last[k] = true, v
+				els = append(els, nft.Element{Set: "m", Key: []nft.Value{ip(k)}, Data: []nft.Value{ip(v)}})
+			}
+			r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: strconv.Itoa(o)}, reconciler.Fragment{Elements: els})
+		case x < 65: // the kernel refuses an element op, if the Commit has one
+			k := ip(rnd.IntN(keys))
+			f.RefuseOp = func(op nft.Op) syscall.Errno {
+				if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == k {
+					return syscall.EPERM
+				}
+				return 0
+			}
+			_, err := r.Commit(ctx, rnd.IntN(4) == 0)
+			f.RefuseOp = nil
+			if err == nil {
+				kernelIsWanted(step)
+			} else if !reconciler.Refused(err) {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		case x < 70: // someone deletes an element behind the reconciler's back
+			rs, err := f.Dump(ctx, tbl)
+			if err != nil || len(rs.Elements["m"]) == 0 {
+				continue
+			}
+			tx := nft.NewTransaction(tbl)
+			tx.Delete(&rs.Elements["m"][rnd.IntN(len(rs.Elements["m"]))])
+			if _, err := f.Apply(ctx, tx); err != nil {
+				t.Fatal(err)
+			}
+			res, err := r.Commit(ctx, true)
+			if err != nil || res.Repairs == 0 {
+				t.Fatalf("step %d: the full Commit after a deletion repaired %d, %v; want the deletion repaired", step, res.Repairs, err)
+			}
+			kernelIsWanted(step)
+		default:
+			if _, err := r.Commit(ctx, rnd.IntN(5) == 0); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			kernelIsWanted(step)
+			if res, err := r.Commit(ctx, true); err != nil || res.Repairs != 0 || res.Ops != 0 {
+				t.Fatalf("step %d: a full Commit right after: %d repairs, %d ops, %v; want none", step, res.Repairs, res.Ops, err)
+			}
+		}
+	}
 }

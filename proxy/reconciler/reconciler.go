@@ -66,7 +66,7 @@ func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...
 	for _, t := range tables {
 		r.tables = append(r.tables, &table{t: t, owners: map[Owner]*ownerRecord{},
 			chainOwner: map[string]Owner{}, setOwner: map[string]Owner{}, chainRefs: map[string]int{},
-			desired: newIndex[*elemEntry](), dirty: newKeys(), stale: map[string]time.Time{}})
+			desired: newDesiredIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
 	return r
 }
@@ -166,6 +166,7 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		if cur, ok := d.elems[id]; ok {
 			cur.refs++
 			if !sameElement(&cur.el, e) {
+				tb.letGo(id, cur)
 				cur = cur.replace(e)
 				d.elems[id] = cur
 				if track {
@@ -185,6 +186,7 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	for _, oe := range old.elems {
 		if cur, ok := d.elems[oe.id]; ok {
 			if cur.refs--; cur.refs <= 0 {
+				tb.letGo(oe.id, cur)
 				d.delElem(oe.id)
 			}
 			if track {
@@ -307,7 +309,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*appliedIndex, error) {
 	rs, err := r.kernel.Dump(ctx, t)
 	if nft.IsNotFound(err) {
-		return newIndex[*appliedElem](), nil
+		return newAppliedIndex(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read back table %s: %w", t, err)
