@@ -38,7 +38,7 @@ func allKeys(ixs ...*objects) keys {
 // eachElem calls fn once per element ID of ks that either index holds (with allElems: every
 // element of d, then those only in a), or ks lists, with d's element when d holds it: a full
 // Commit visits every element, and looking each one up again cost a map read apiece.
-func eachElem[D, A element](ks keys, d *index[D], a *index[A], fn func(id string, de D, inD bool)) {
+func eachElem(ks keys, d *desiredIndex, a *appliedIndex, fn func(id string, de *elemEntry, inD bool)) {
 	if !ks.allElems {
 		for id := range ks.elems {
 			de, ok := d.elems[id]
@@ -49,11 +49,17 @@ func eachElem[D, A element](ks keys, d *index[D], a *index[A], fn func(id string
 	for id, de := range d.elems {
 		fn(id, de, true)
 	}
-	var none D
-	for id := range a.elems {
+	onlyA := func(id string, _ *nft.Element) {
 		if _, ok := d.elems[id]; !ok {
-			fn(id, none, false)
+			fn(id, nil, false)
 		}
+	}
+	if a.linked != d {
+		a.each(onlyA)
+		return
+	}
+	for id, el := range a.elems { // d's marked entries are in d
+		onlyA(id, el)
 	}
 }
 
@@ -156,21 +162,21 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 		if inD && (p.dropSets[de.el.Set] || added[de.el.Set]) {
 			return // handled with the set below
 		}
-		ae, inA := a.elems[id]
-		if inA && p.dropSets[ae.elem().Set] {
+		ae, inA := a.get(id)
+		if inA && p.dropSets[ae.Set] {
 			return // handled with the set below
 		}
 		switch {
 		case inD && !inA:
 			p.addElems = append(p.addElems, &de.el)
-		case inD && inA && !sameElement(&de.el, ae.elem()):
-			p.delElems = append(p.delElems, ae.elem())
+		case inD && inA && !sameElement(&de.el, ae):
+			p.delElems = append(p.delElems, ae)
 			p.addElems = append(p.addElems, &de.el)
 		case !inD && inA:
-			if s, ok := a.sets[ae.elem().Set]; ok && s.Dynamic {
+			if s, ok := a.sets[ae.Set]; ok && s.Dynamic {
 				return // the packet path owns the elements of dynamic sets
 			}
-			p.delElems = append(p.delElems, ae.elem())
+			p.delElems = append(p.delElems, ae)
 		}
 	})
 	d.eachInSets(added, func(_ string, e *elemEntry) { p.addElems = append(p.addElems, &e.el) })
@@ -236,12 +242,8 @@ func (p *plan) emit(tx *nft.Transaction) {
 // commit makes the applied index what the kernel now holds, after the transaction succeeded.
 func (p *plan) commit(tb *table, now time.Time) {
 	d, a := tb.desired, tb.applied
-	if len(a.elems) == 0 && len(d.elems) > 0 {
-		// A sync from empty: size the map once (growing it to a few hundred thousand
-		// elements rehashed it ~15 times, 0.2 s of a 10k-Service full sync).
-		a.elems = make(map[string]*appliedElem, len(d.elems))
-	}
-	a.eachInSets(p.dropSets, func(id string, _ *appliedElem) { a.delElem(id) })
+	a.link(d)
+	a.eachInSets(p.dropSets, func(id string, _ *nft.Element) { a.delElem(id) })
 	for n := range p.dropSets {
 		a.delSet(n)
 	}
@@ -251,15 +253,24 @@ func (p *plan) commit(tb *table, now time.Time) {
 		}
 	}
 	if !p.keys.allElems { // a full Commit's pass below puts every desired element anyway
-		d.eachInSets(p.added, func(id string, e *elemEntry) { a.putElem(id, applied(&e.el)) })
+		d.eachInSets(p.added, func(id string, e *elemEntry) { a.putEntry(id, e) })
 	}
 	eachElem(p.keys, d, a, func(id string, e *elemEntry, inD bool) {
 		if inD {
-			a.putElem(id, applied(&e.el))
-		} else if ae, ok := a.elems[id]; ok && !a.isDynamic(ae.elem().Set) {
+			a.putEntry(id, e)
+		} else if ae, ok := a.get(id); ok && !a.isDynamic(ae.Set) {
 			a.delElem(id)
 		}
 	})
+	if p.keys.allElems {
+		// A read-back's map held every element the kernel had, and a map never shrinks: keep
+		// the few that remain (those of dynamic sets) in one of their size.
+		rest := make(map[string]*nft.Element, len(a.elems))
+		for id, el := range a.elems {
+			rest[id] = el
+		}
+		a.elems = rest
+	}
 	copyChain := func(n string) {
 		if dc, ok := d.chains[n]; ok {
 			a.putChain(dc)
@@ -312,13 +323,19 @@ func countDrift(believed, kernel *appliedIndex) int {
 			n++
 		}
 	}
-	eachElem(ks, believed, kernel, func(id string, be *appliedElem, inB bool) {
-		ke, inK := kernel.elems[id]
-		if (inB && believed.isDynamic(be.elem().Set)) || (inK && kernel.isDynamic(ke.elem().Set)) {
+	check := func(id string, be *nft.Element, inB bool) {
+		ke, inK := kernel.get(id)
+		if (inB && believed.isDynamic(be.Set)) || (inK && kernel.isDynamic(ke.Set)) {
 			return
 		}
-		if inB != inK || (inB && !sameElement(be.elem(), ke.elem())) {
+		if inB != inK || (inB && !sameElement(be, ke)) {
 			n++
+		}
+	}
+	believed.each(func(id string, be *nft.Element) { check(id, be, true) })
+	kernel.each(func(id string, _ *nft.Element) {
+		if _, ok := believed.get(id); !ok {
+			check(id, nil, false)
 		}
 	})
 	return n

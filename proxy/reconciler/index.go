@@ -6,50 +6,33 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 )
 
-// element is what an index holds per element: the desired index's entries (with their owners
-// and reference counts) or the applied index's bare elements (the kernel's copy needs neither:
-// a second entry per element cost ~64 bytes × every element of the table).
-type element interface {
-	comparable
-	elem() *nft.Element
-}
-
 // elemEntry is one desired element and how many owners want it (a ClusterIP with several
 // ports, an endpoint behind several Services). The element lives inside its entry (one
-// allocation per element, not two).
+// allocation per element, not two). An entry is 144 bytes, a size class of its own: who wants
+// the element is not kept here (an Owner is 32 bytes; with it an entry took 176, ~7 MB at 10k
+// Services) but found in the owners' records, on the failure path alone (see ownersOf).
 type elemEntry struct {
-	// el is never changed in place: the applied index points at it once committed, so the
-	// desired and the applied index share one copy of every element they agree on. A new value
-	// gets a new entry (replace).
+	// el is never changed in place: the applied index holds it once committed, so the desired
+	// and the applied index share one copy of every element they agree on. A new value gets a
+	// new entry (replace).
 	el nft.Element
 	// id is the index's key, kept so that owners' records share its bytes.
 	id string
 	// refs counts the owners that want the element.
 	refs int32
-	// shared is set once an owner other than owner (the first that wanted it) wants it too,
-	// and then the owners are found by looking (see ownerOf).
-	shared bool
-	owner  Owner
+	// applied is set while the applied index linked to this entry's index holds el itself (see
+	// appliedIndex): a byte of the entry's padding instead of a second map of every element.
+	applied bool
 }
 
-func (e *elemEntry) elem() *nft.Element { return &e.el }
-
 // replace returns a copy of the entry holding el instead (the old one may be what the kernel
-// holds: the applied index points into it).
+// holds: see table.letGo), not marked applied.
 func (e *elemEntry) replace(el *nft.Element) *elemEntry {
 	c := *e
 	c.el = *el
+	c.applied = false
 	return &c
 }
-
-// appliedElem is an element the kernel holds (the applied index): the desired entry's element
-// itself once committed, shared, never changed.
-type appliedElem nft.Element
-
-func (e *appliedElem) elem() *nft.Element { return (*nft.Element)(e) }
-
-// applied converts an element for the applied index (no copy).
-func applied(e *nft.Element) *appliedElem { return (*appliedElem)(e) }
 
 // objects are one table's chains and sets, by name, and which chains name each set.
 type objects struct {
@@ -59,24 +42,21 @@ type objects struct {
 	refs map[string]map[string]bool
 }
 
-// index is one table's objects and elements: what we want (desired, index[*elemEntry]) or what
-// the kernel holds (applied, index[*appliedElem]).
-type index[E element] struct {
+// desiredIndex is one table's objects and elements as the owners want them.
+type desiredIndex struct {
 	objects
-	elems map[string]E // by ElementID
+	elems map[string]*elemEntry // by ElementID
 	// perSet counts the elements of each set (a second map of every element's ID cost as much
 	// as the index itself: the few lookups by set scan elems, see eachInSets).
 	perSet map[string]int
 }
 
-type (
-	desiredIndex = index[*elemEntry]
-	appliedIndex = index[*appliedElem]
-)
+func newObjects() objects {
+	return objects{chains: map[string]*ChainDef{}, sets: map[string]*nft.Set{}, refs: map[string]map[string]bool{}}
+}
 
-func newIndex[E element]() *index[E] {
-	return &index[E]{objects: objects{chains: map[string]*ChainDef{}, sets: map[string]*nft.Set{},
-		refs: map[string]map[string]bool{}}, elems: map[string]E{}, perSet: map[string]int{}}
+func newDesiredIndex() *desiredIndex {
+	return &desiredIndex{objects: newObjects(), elems: map[string]*elemEntry{}, perSet: map[string]int{}}
 }
 
 func (ix *objects) putChain(c *ChainDef) {
@@ -114,42 +94,47 @@ func (ix *objects) isDynamic(set string) bool {
 	return ok && s.Dynamic
 }
 
-// putElem sets the element of id (an applied element replaced, a desired entry added: Set
-// changes an existing entry itself). e must not change afterwards.
-func (ix *index[E]) putElem(id string, e E) {
+// putElem adds the entry of a new id (Set changes an existing entry itself).
+func (ix *desiredIndex) putElem(id string, e *elemEntry) {
 	if _, ok := ix.elems[id]; !ok {
-		ix.perSet[e.elem().Set]++
+		ix.perSet[e.el.Set]++
 	}
 	ix.elems[id] = e
 }
 
 // eachInSets calls fn for every element of the named sets: one scan of the index, and none
-// when those sets hold nothing (a new set, or one the packet path fills). fn may delete the
-// element it is given.
-func (ix *index[E]) eachInSets(sets map[string]bool, fn func(id string, e E)) {
-	some := false
-	for n := range sets {
-		if ix.perSet[n] > 0 {
-			some = true
-		}
-	}
-	if !some {
+// when those sets hold nothing (a new set, or one the packet path fills).
+func (ix *desiredIndex) eachInSets(sets map[string]bool, fn func(id string, e *elemEntry)) {
+	if !anyCounted(ix.perSet, sets) {
 		return
 	}
 	for id, e := range ix.elems {
-		if sets[e.elem().Set] {
+		if sets[e.el.Set] {
 			fn(id, e)
 		}
 	}
 }
 
-func (ix *index[E]) delElem(id string) {
+func (ix *desiredIndex) delElem(id string) {
 	if cur, ok := ix.elems[id]; ok {
-		set := cur.elem().Set
-		if ix.perSet[set]--; ix.perSet[set] <= 0 {
-			delete(ix.perSet, set)
-		}
+		countDown(ix.perSet, cur.el.Set)
 		delete(ix.elems, id)
+	}
+}
+
+// anyCounted reports whether perSet counts an element in any of sets.
+func anyCounted(perSet map[string]int, sets map[string]bool) bool {
+	for n := range sets {
+		if perSet[n] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func countDown(perSet map[string]int, set string) {
+	if perSet[set]--; perSet[set] <= 0 {
+		delete(perSet, set)
 	}
 }
 
@@ -171,30 +156,7 @@ func setsOf(r nft.Rule) []string {
 	return out
 }
 
-// indexFromDump turns a kernel read-back into an index. Rule handles are kept on the rules (they
-// are ignored when comparing) so single stray rules could be deleted.
-func indexFromDump(rs *nft.Ruleset) *appliedIndex {
-	ix := newIndex[*appliedElem]()
-	byChain := map[string][]nft.Rule{}
-	for _, r := range rs.Rules {
-		byChain[r.Chain] = append(byChain[r.Chain], r)
-	}
-	for _, c := range rs.Chains {
-		ix.putChain(&ChainDef{Chain: c, Rules: byChain[c.Name]})
-	}
-	for i := range rs.Sets {
-		s := rs.Sets[i]
-		ix.putSet(&s)
-	}
-	for _, els := range rs.Elements {
-		for i := range els {
-			ix.putElem(ElementID(&els[i]), applied(&els[i]))
-		}
-	}
-	return ix
-}
-
-func (ix *index[E]) counts() (chains, rules, sets, elems int) {
+func (ix *desiredIndex) counts() (chains, rules, sets, elems int) {
 	for _, c := range ix.chains {
 		rules += len(c.Rules)
 	}

@@ -82,63 +82,92 @@ func RefusedOwner(err error) (Owner, bool) {
 // refusedError builds the error of a transaction the kernel refused with oe.
 func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err error) *RefusedError {
 	re := &RefusedError{err: err}
-	re.Owner, re.Owned = r.ownerOf(tx.Ops[oe.Index])
-	seen := map[Owner]bool{}
-	for _, e := range append([]*nft.OpError{oe}, oe.Also...) {
-		if e.Index < 0 || e.Index >= tx.Len() {
-			continue
+	refused := []*nft.OpError{oe}
+	for _, e := range oe.Also {
+		if e.Index >= 0 && e.Index < tx.Len() {
+			refused = append(refused, e)
 		}
-		if owner, ok := r.ownerOf(tx.Ops[e.Index]); ok && !seen[owner] {
-			seen[owner] = true
-			re.Refusals = append(re.Refusals, Refusal{Owner: owner, Err: e})
+	}
+	ops := make([]nft.Op, len(refused))
+	for i, e := range refused {
+		ops[i] = tx.Ops[e.Index]
+	}
+	owners, owned := r.ownersOf(ops)
+	re.Owner, re.Owned = owners[0], owned[0]
+	seen := map[Owner]bool{}
+	for i, e := range refused {
+		if owned[i] && !seen[owners[i]] {
+			seen[owners[i]] = true
+			re.Refusals = append(re.Refusals, Refusal{Owner: owners[i], Err: e})
 		}
 	}
 	return re
 }
 
-// ownerOf names the owner of the object op acts on: the owner of the chain (for a rule, its
-// chain), of the set, or of the element. Chains and sets are looked up by name, elements by
-// their identity; only an element several owners want costs a search of the fragments, on
-// this failure path alone.
+// ownerOf names the owner of the object op acts on (see ownersOf).
 func (r *Reconciler) ownerOf(op nft.Op) (Owner, bool) {
-	var tb *table
-	for _, t := range r.tables {
-		if t.t == op.Table {
-			tb = t
+	owners, owned := r.ownersOf([]nft.Op{op})
+	return owners[0], owned[0]
+}
+
+// ownersOf names, for each op, the owner of the object it acts on: the owner of the chain (for
+// a rule, its chain), of the set, or of the element; owned is false where none owns it. Chains
+// and sets are looked up by name. Elements carry no owner (it would cost every element of the
+// index 32 bytes): an element the desired state holds is traced to the first owner, in Owners
+// order, whose record lists it — the same owner every time, and the only one when a single
+// owner wants it. That is one pass over the records for all of ops, on this failure path alone.
+func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
+	owners, owned = make([]Owner, len(ops)), make([]bool, len(ops))
+	elems := map[*table]map[string][]int{} // element ID → the ops acting on it
+	for i, op := range ops {
+		var tb *table
+		for _, t := range r.tables {
+			if t.t == op.Table {
+				tb = t
+			}
+		}
+		if tb == nil {
+			continue
+		}
+		switch o := op.Object.(type) {
+		case *nft.Chain:
+			owners[i], owned[i] = ownerIn(tb.chainOwner, o.Name)
+		case *nft.Rule:
+			if op.Verb == nft.VerbAdd {
+				owners[i], owned[i] = ownerIn(tb.chainOwner, o.Chain)
+			}
+		case *nft.Set:
+			owners[i], owned[i] = ownerIn(tb.setOwner, o.Name)
+		case *nft.Element:
+			id := ElementID(o)
+			if _, ok := tb.desired.elems[id]; !ok {
+				continue
+			}
+			if elems[tb] == nil {
+				elems[tb] = map[string][]int{}
+			}
+			elems[tb][id] = append(elems[tb][id], i)
 		}
 	}
-	if tb == nil {
-		return Owner{}, false
-	}
-	switch o := op.Object.(type) {
-	case *nft.Chain:
-		owner, ok := tb.chainOwner[o.Name]
-		return owner, ok
-	case *nft.Rule:
-		if op.Verb != nft.VerbAdd {
-			return Owner{}, false
-		}
-		owner, ok := tb.chainOwner[o.Chain]
-		return owner, ok
-	case *nft.Set:
-		owner, ok := tb.setOwner[o.Name]
-		return owner, ok
-	case *nft.Element:
-		id := ElementID(o)
-		e, ok := tb.desired.elems[id]
-		if !ok {
-			return Owner{}, false
-		}
-		if !e.shared {
-			return e.owner, true
-		}
+	for tb, ids := range elems {
 		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
-			if slices.Contains(tb.owners[owner].elems, id) {
-				return owner, true
+			for _, e := range tb.owners[owner].elems {
+				for _, i := range ids[e.id] {
+					owners[i], owned[i] = owner, true
+				}
+				delete(ids, e.id)
+			}
+			if len(ids) == 0 {
+				break
 			}
 		}
 	}
-	return Owner{}, false
+	return owners, owned
+}
+
+func ownerIn(m map[string]Owner, name string) (Owner, bool) {
+	owner, ok := m[name]
+	return owner, ok
 }
 
 // anotherChainOwner names an owner other than except that declares chain (the shared chains of
@@ -159,7 +188,11 @@ func (tb *table) anotherChainOwner(chain string, except Owner) Owner {
 // element).
 type ownerRecord struct {
 	chains, sets []string
-	elems        []string // element IDs, sharing the desired index's strings
+	// elems are the entries of the owner's elements, as the desired index held them when the
+	// owner was set: a pointer (8 bytes) rather than the element's ID (a 16-byte string header
+	// per element). Only the entry's id is read: the index's current entry for that ID may be
+	// a newer one (replace), which another owner set since.
+	elems []*elemEntry
 }
 
 // declares reports whether the owner's fragment declares chain.

@@ -66,7 +66,7 @@ func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...
 	for _, t := range tables {
 		r.tables = append(r.tables, &table{t: t, owners: map[Owner]*ownerRecord{},
 			chainOwner: map[string]Owner{}, setOwner: map[string]Owner{}, chainRefs: map[string]int{},
-			desired: newIndex[*elemEntry](), dirty: newKeys(), stale: map[string]time.Time{}})
+			desired: newDesiredIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
 	}
 	return r
 }
@@ -159,37 +159,38 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	// While the kernel's state is unknown the next Commit diffs every element anyway: listing
 	// each one as dirty would only cost (a first sync sets hundreds of thousands).
 	track := tb.applied != nil
-	rec.elems = make([]string, 0, len(f.Elements))
+	rec.elems = make([]*elemEntry, 0, len(f.Elements))
 	for i := range f.Elements {
 		e := &f.Elements[i]
 		id := ElementID(e)
 		if cur, ok := d.elems[id]; ok {
-			rec.elems = append(rec.elems, cur.id) // the index's copy of the ID: stored once
 			cur.refs++
-			if cur.owner != owner {
-				cur.shared = true
-			}
 			if !sameElement(&cur.el, e) {
-				d.elems[id] = cur.replace(e)
+				tb.letGo(id, cur)
+				cur = cur.replace(e)
+				d.elems[id] = cur
 				if track {
 					tb.dirty.elems[id] = true
 				}
 			}
+			rec.elems = append(rec.elems, cur)
 			continue
 		}
-		rec.elems = append(rec.elems, id)
-		d.putElem(id, &elemEntry{el: *e, id: id, refs: 1, owner: owner})
+		cur := &elemEntry{el: *e, id: id, refs: 1}
+		rec.elems = append(rec.elems, cur)
+		d.putElem(id, cur)
 		if track {
 			tb.dirty.elems[id] = true
 		}
 	}
-	for _, id := range old.elems {
-		if cur, ok := d.elems[id]; ok {
+	for _, oe := range old.elems {
+		if cur, ok := d.elems[oe.id]; ok {
 			if cur.refs--; cur.refs <= 0 {
-				d.delElem(id)
+				tb.letGo(oe.id, cur)
+				d.delElem(oe.id)
 			}
 			if track {
-				tb.dirty.elems[id] = true
+				tb.dirty.elems[oe.id] = true
 			}
 		}
 	}
@@ -308,7 +309,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*appliedIndex, error) {
 	rs, err := r.kernel.Dump(ctx, t)
 	if nft.IsNotFound(err) {
-		return newIndex[*appliedElem](), nil
+		return newAppliedIndex(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read back table %s: %w", t, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/nftproxy/nftproxy/nft"
 )
@@ -45,5 +46,14 @@ func TestOrderElements(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// TestElemEntrySize: a desired entry stays within the 144-byte size class. There is one per
+// element of the table (a few hundred thousand at 10k Services): each field added to it costs
+// that many times its size, and past 144 bytes the next class is 160.
+func TestElemEntrySize(t *testing.T) {
+	if got := unsafe.Sizeof(elemEntry{}); got > 144 {
+		t.Errorf("elemEntry is %d bytes, want at most 144", got)
 	}
 }
