@@ -132,7 +132,6 @@ func parseProto(s string) (uint8, error) {
 	return 0, fmt.Errorf("protocol %q is not tcp, udp or sctp", s)
 }
 
-
 // rejectionsSorted lists the daemon's rejections by Service, for an answer that met none.
 func (n *Node) rejectionsSorted() []Rejection {
 	out := append([]Rejection(nil), n.Rejections...)
