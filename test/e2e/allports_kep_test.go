@@ -22,12 +22,8 @@ import (
 func TestAllPortsToggled(t *testing.T) {
 	t.Parallel()
 	const port = 80
-	probe := allPortsProbePorts(6)
-	t.Logf("probe ports: %v", probe)
-	specs := []lab.PortSpec{lab.Port(port)}
-	for _, p := range probe {
-		specs = append(specs, lab.Port(p))
-	}
+	probe, specs := allPortsProbes(t, 6)
+	specs = append(specs, lab.Port(port))
 	clusterIP, lbIP := lab.ClusterIPv4(83), lab.LoadBalancerIPv4(83)
 	svc := fixture.Service{Name: "toggled", Type: "LoadBalancer", ClusterIPs: []netip.Addr{clusterIP}, LoadBalancerIPs: []netip.Addr{lbIP}, Endpoints: fixture.Pods(1),
 		Ports:       []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: port}, {Name: "udp", Protocol: "UDP", Port: port}},
@@ -81,12 +77,7 @@ func TestAllPortsToggled(t *testing.T) {
 // LoadBalancer IP only: the other client still reaches the ClusterIP.
 func TestAllPortsSourceRanges(t *testing.T) {
 	t.Parallel()
-	probe := allPortsProbePorts(2)
-	t.Logf("probe ports: %v", probe)
-	var specs []lab.PortSpec
-	for _, p := range probe {
-		specs = append(specs, lab.Port(p))
-	}
+	probe, specs := allPortsProbes(t, 2)
 	e := newEnv(t, lab.Options{Clients: 2, Pods: 1, Ports: specs})
 	c1, c2 := e.lab.Client(1), e.lab.Client(2)
 	clusterIP, lbIP := lab.ClusterIPv4(84), lab.LoadBalancerIPv4(84)

@@ -19,6 +19,19 @@ import (
 // KEP-2610's shapes of an all-ports Service: no ports at all, and EndpointSlices without ports.
 // Each Service has a ClusterIP of its own in 80..89.
 
+// allPortsProbes picks n distinct random probe ports and the lab port specs that make the pods
+// listen on them.
+func allPortsProbes(t *testing.T, n int) ([]uint16, []lab.PortSpec) {
+	t.Helper()
+	ports := allPortsProbePorts(n)
+	t.Logf("probe ports: %v", ports)
+	specs := make([]lab.PortSpec, 0, n)
+	for _, p := range ports {
+		specs = append(specs, lab.Port(p))
+	}
+	return ports, specs
+}
+
 // allPortsProbePorts picks n distinct random ports below the clients' ephemeral range.
 func allPortsProbePorts(n int) []uint16 {
 	var out []uint16
@@ -58,12 +71,7 @@ func (e *env) writeSliceWithPorts(s fixture.Service, name string, pods []int, po
 // manifest mode is where this shape exists; it used to be refused, then programmed as nothing.
 func TestAllPortsWithoutPorts(t *testing.T) {
 	t.Parallel()
-	probePorts := allPortsProbePorts(2)
-	t.Logf("probe ports: %v", probePorts)
-	var specs []lab.PortSpec
-	for _, p := range probePorts {
-		specs = append(specs, lab.Port(p))
-	}
+	probePorts, specs := allPortsProbes(t, 2)
 	svc := fixture.Service{Name: "noports", ClusterIPs: []netip.Addr{lab.ClusterIPv4(80)},
 		Annotations: map[string]string{annotation.AllPortsKey: "true"}, Endpoints: fixture.Pods(1)}
 	e := newEnv(t, lab.Options{Pods: 1, Ports: specs}, svc)
@@ -115,12 +123,7 @@ func TestAllPortsWithoutPorts(t *testing.T) {
 // give none, so traffic was refused.
 func TestAllPortsSlicesWithoutPorts(t *testing.T) {
 	t.Parallel()
-	probePorts := allPortsProbePorts(2)
-	t.Logf("probe ports: %v", probePorts)
-	var specs []lab.PortSpec
-	for _, p := range probePorts {
-		specs = append(specs, lab.Port(p))
-	}
+	probePorts, specs := allPortsProbes(t, 2)
 	anyPorts := []fixture.Port{{Name: "tcp", Protocol: "TCP", Port: 1}, {Name: "udp", Protocol: "UDP", Port: 1}}
 	empty := fixture.Service{Name: "empty-slice", ClusterIPs: []netip.Addr{lab.ClusterIPv4(81)}, Ports: anyPorts,
 		Annotations: map[string]string{annotation.AllPortsKey: "true"}}

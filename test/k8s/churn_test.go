@@ -265,15 +265,8 @@ func TestChurnThroughTheAPIServer(t *testing.T) {
 	fig.Add(t, scenario, "network programming latency", "p50 %s, p99 %s (%s from the slices' trigger time, %.0f observations)",
 		tier.Seconds(tier.Quantile(before, after, lat, 0.5)), tier.Seconds(tier.Quantile(before, after, lat, 0.99)), lat, tier.Delta(before, after, lat+"_count"))
 	fig.Add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", peakRSS(daemonBinary))
-	if ok {
-		during := "during the churn"
-		if seen.After(churnEnd) {
-			during = fmt.Sprintf("%v after the churn stopped", seen.Sub(churnEnd).Round(time.Millisecond))
-		}
-		fig.Add(t, scenario, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
-			seen.Sub(canaryAt).Round(time.Millisecond), during)
-	} else {
-		fig.Add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
+	fig.AddCanary(t, scenario, canaryAt, seen, churnEnd, ok)
+	if !ok {
 		t.Errorf("the canary's endpoint change was never answered by pod-2")
 	}
 	fig.Add(t, scenario, "convergence", "the daemon's last sync %v after the churn stopped (nftproxy_last_sync_timestamp_seconds); "+

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nftproxy/nftproxy/test/tier"
@@ -67,16 +66,9 @@ func (e *env) scrape() (tier.Sample, error) {
 func peakRSS(exe string) string {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
-		if target, err := os.Readlink(d + "/exe"); err != nil || target != exe {
-			continue
-		}
-		b, err := os.ReadFile(d + "/status")
-		if err != nil {
-			return "unknown (" + err.Error() + ")"
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-				return strings.TrimSpace(v)
+		if target, err := os.Readlink(d + "/exe"); err == nil && target == exe {
+			if pid, err := strconv.Atoi(filepath.Base(d)); err == nil {
+				return tier.PeakRSS(pid)
 			}
 		}
 	}

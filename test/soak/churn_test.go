@@ -147,15 +147,8 @@ func TestChurn(t *testing.T) {
 		tier.Seconds(tier.Quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.5)),
 		tier.Seconds(tier.Quantile(before, after, `kubeproxy_sync_proxy_rules_duration_seconds{ip_family="IPv4"}`, 0.99)))
 	report.Add(t, scenario, "peak RSS of the daemon (VmHWM)", "%s", d.peakRSS())
-	if ok {
-		during := "during the churn"
-		if seen.After(churnEnd) {
-			during = fmt.Sprintf("%v after the churn stopped", seen.Sub(churnEnd).Round(time.Millisecond))
-		}
-		report.Add(t, scenario, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
-			seen.Sub(canaryAt).Round(time.Millisecond), during)
-	} else {
-		report.Add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
+	report.AddCanary(t, scenario, canaryAt, seen, churnEnd, ok)
+	if !ok {
 		t.Errorf("the canary's endpoint change was never programmed")
 	}
 	// The daemon's own convergence: its last sync after the churn stopped (syncs run only on

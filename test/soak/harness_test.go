@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -152,18 +151,7 @@ func (d *daemon) term() error {
 func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
 // peakRSS is the daemon's VmHWM from /proc, e.g. "61234 kB"; read it while it runs.
-func (d *daemon) peakRSS() string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pid()))
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown"
-}
+func (d *daemon) peakRSS() string { return tier.PeakRSS(d.pid()) }
 
 // checkHealthy fails t if the daemon exited or ever logged a panic or a Go runtime fatal error.
 func (d *daemon) checkHealthy(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,4 +149,35 @@ func Seconds(s float64) string {
 		return "n/a"
 	}
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Microsecond).String()
+}
+
+// AddCanary records when a canary's change, written at wrote, was first answered by its new pod
+// (seen; answered false when it never was), and whether that was during a churn that ended at
+// churnEnd or after it.
+func (f *Figures) AddCanary(t *testing.T, scenario string, wrote, seen, churnEnd time.Time, answered bool) {
+	t.Helper()
+	if !answered {
+		f.Add(t, scenario, "canary change written mid-churn", "never answered by its new pod")
+		return
+	}
+	during := "during the churn"
+	if seen.After(churnEnd) {
+		during = fmt.Sprintf("%v after the churn stopped", seen.Sub(churnEnd).Round(time.Millisecond))
+	}
+	f.Add(t, scenario, "canary change written mid-churn", "answered by its new pod %v after the write (%s)",
+		seen.Sub(wrote).Round(time.Millisecond), during)
+}
+
+// PeakRSS is the peak resident set (VmHWM) of process pid, read from /proc while it runs.
+func PeakRSS(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
 }

@@ -76,7 +76,7 @@ func initCmd(args []string, stderr io.Writer) error {
 	}
 	if config != "" {
 		var err error
-		if c, err = conntrackFromConfig(fs, config, c); err != nil {
+		if c, err = conntrackFromConfig(fs, config); err != nil {
 			return usageError{err}
 		}
 	}
@@ -131,16 +131,16 @@ func RunInit(log logr.Logger, c sysctl.Conntrack, s sysctl.System) error {
 }
 
 // conntrackFromConfig is the conntrack section of kube-proxy's configuration file at path, with
-// the --conntrack-* flags given on the command line (flags, as parsed in fs) taking precedence,
-// as for run.
-func conntrackFromConfig(fs *flag.FlagSet, path string, flags sysctl.Conntrack) (sysctl.Conntrack, error) {
+// the --conntrack-* flags given on the command line (as parsed in fs) taking precedence, as for
+// run.
+func conntrackFromConfig(fs *flag.FlagSet, path string) (sysctl.Conntrack, error) {
 	cfg, err := kpconfig.Load(path)
 	if err != nil {
-		return flags, err
+		return sysctl.Conntrack{}, err
 	}
 	c, err := kpconfig.ConntrackOf(cfg.Conntrack)
 	if err != nil {
-		return flags, fmt.Errorf("--config %s: %w", path, err)
+		return sysctl.Conntrack{}, fmt.Errorf("--config %s: %w", path, err)
 	}
 	// The flags given on the command line, set again over the file's values.
 	over := flag.NewFlagSet("conntrack", flag.ContinueOnError)
@@ -152,7 +152,7 @@ func conntrackFromConfig(fs *flag.FlagSet, path string, flags sysctl.Conntrack) 
 		}
 	})
 	if setErr != nil {
-		return flags, setErr
+		return sysctl.Conntrack{}, setErr
 	}
 	return c, nil
 }

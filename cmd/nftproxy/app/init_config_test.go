@@ -33,7 +33,7 @@ conntrack:
 	if err := fs.Parse([]string{"--conntrack-udp-timeout=10s"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := conntrackFromConfig(fs, path, c)
+	got, err := conntrackFromConfig(fs, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ conntrack:
 	if got != want {
 		t.Errorf("conntrack from the file and a flag: got %+v, want %+v", got, want)
 	}
-	if _, err := conntrackFromConfig(fs, filepath.Join(t.TempDir(), "missing.conf"), c); err == nil {
+	if _, err := conntrackFromConfig(fs, filepath.Join(t.TempDir(), "missing.conf")); err == nil {
 		t.Error("a missing --config file was accepted")
 	}
 }
