@@ -174,7 +174,22 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("namespace default: %w", err)
 	}
-	return nil
+	// So is the default/kubernetes Service (its controller runs after /readyz): a test that
+	// lists Services at once must find it, as on any real cluster.
+	for {
+		_, err := c.client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Service default/kubernetes: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the API server did not create Service default/kubernetes: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
