@@ -36,30 +36,36 @@ func allocTx(tb Table, n int) *Transaction {
 }
 
 // TestEncodeAllocsPerElement: encoding 4,000 more elements allocates (almost) nothing more, and
-// the batch buffer sized from the ops is never grown.
+// the batch buffer sized from the ops is never grown; for elements given as they are and packed
+// (the reconciler's form, unpacked into the encoder's scratch).
 func TestEncodeAllocsPerElement(t *testing.T) {
-	tb := Table{Family: IPv4, Name: "nftproxy"}
-	k := &Kernel{conn: &nlConn{}, sets: map[Table]map[string]Set{}}
-	ctx := context.Background()
-	allocs := map[int]float64{}
-	for _, n := range []int{1000, 5000} {
-		tx := allocTx(tb, n)
-		allocs[n] = testing.AllocsPerRun(3, func() {
-			if _, err := k.encode(ctx, tx); err != nil {
+	for _, packed := range []bool{false, true} {
+		tb := Table{Family: IPv4, Name: "nftproxy"}
+		k := &Kernel{conn: &nlConn{}, sets: map[Table]map[string]Set{}}
+		ctx := context.Background()
+		allocs := map[int]float64{}
+		for _, n := range []int{1000, 5000} {
+			tx := allocTx(tb, n)
+			if packed {
+				tx = packTx(tx)
+			}
+			allocs[n] = testing.AllocsPerRun(3, func() {
+				if _, err := k.encode(ctx, tx); err != nil {
+					t.Fatal(err)
+				}
+			})
+			b, err := k.encode(ctx, tx)
+			if err != nil {
 				t.Fatal(err)
 			}
-		})
-		b, err := k.encode(ctx, tx)
-		if err != nil {
-			t.Fatal(err)
+			if size, _, _ := codecBatchSize(tx); cap(b.w.b) != size {
+				t.Errorf("packed %v, %d elements: batch buffer grown to %d bytes (sized %d for %d encoded)", packed, n, cap(b.w.b), size, len(b.w.b))
+			}
 		}
-		if size, _, _ := codecBatchSize(tx); cap(b.w.b) != size {
-			t.Errorf("%d elements: batch buffer grown to %d bytes (sized %d for %d encoded)", n, cap(b.w.b), size, len(b.w.b))
+		if extra := allocs[5000] - allocs[1000]; extra > 20 {
+			t.Errorf("packed %v: encoding 4,400 more element ops allocates %.0f more objects (%.0f for 1,100, %.0f for 5,500), want at most 20",
+				packed, extra, allocs[1000], allocs[5000])
 		}
-	}
-	if extra := allocs[5000] - allocs[1000]; extra > 20 {
-		t.Errorf("encoding 4,400 more element ops allocates %.0f more objects (%.0f for 1,100, %.0f for 5,500), want at most 20",
-			extra, allocs[1000], allocs[5000])
 	}
 }
 

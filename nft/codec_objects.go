@@ -71,6 +71,8 @@ type codecBatch struct {
 	elemMsg, elemNest int
 	elemSet           string
 	elemVerb          Verb
+	// scratch holds a packed element's op unpacked while it is encoded
+	scratch elementScratch
 }
 
 func (b *codecBatch) begin(typ uint16, flags uint16, op int) int {
@@ -150,6 +152,9 @@ func codecHookName(n uint32) Hook {
 
 // addOp encodes op i. Errors found before sending are returned as *OpError for op i.
 func (b *codecBatch) addOp(i int, op Op, rc *codecRuleCtx) error {
+	if _, ok := op.Object.(*Packed); ok {
+		op.Object = b.scratch.of(op.Object)
+	}
 	if err := checkOpStrings(op); err != nil {
 		return err
 	}
@@ -492,8 +497,13 @@ func (b *codecBatch) elemAttr(i int, key, keyEnd []byte, flags uint32, data []by
 // messages.
 func codecBatchSize(tx *Transaction) (bytes, elems, msgs int) {
 	n := 64
+	var sc elementScratch
 	for _, op := range tx.Ops {
-		switch o := op.Object.(type) {
+		o := op.Object
+		if _, ok := o.(*Packed); ok {
+			o = sc.of(o)
+		}
+		switch o := o.(type) {
 		case *Element:
 			elems++
 			// list element, key nest and value: 12 bytes of headers and the key
@@ -550,6 +560,10 @@ func codecOpName(op Op) string {
 
 // codecObjectDesc names the object of op readably for errors.
 func codecObjectDesc(t Table, op Op) string {
+	if p, ok := op.Object.(*Packed); ok {
+		e := p.Unpack()
+		op.Object = &e
+	}
 	switch o := op.Object.(type) {
 	case *TableObj:
 		return t.String()

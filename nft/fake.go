@@ -275,6 +275,10 @@ func fakeOpName(op Op) string {
 
 // fakeDescribe names an object the way nft would, so an error message can be looked up.
 func fakeDescribe(t Table, o Object) string {
+	if p, ok := o.(*Packed); ok {
+		e := p.Unpack()
+		o = &e
+	}
 	switch x := o.(type) {
 	case *TableObj:
 		return "table " + t.String()

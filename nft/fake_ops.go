@@ -7,6 +7,10 @@ import (
 
 // apply performs op i on the working state.
 func (w *fakeTx) apply(i int, op Op) error {
+	if p, ok := op.Object.(*Packed); ok { // the Fake keeps elements in their own memory
+		e := p.Unpack()
+		op.Object = &e
+	}
 	if op.Object == nil {
 		return fakeErr(i, op, syscall.EINVAL, "the op has no object")
 	}

@@ -349,9 +349,10 @@ func codecNumgenModuli(tx *Transaction, sets map[kernelSetKey]*codecSetInfo) {
 	// A full sync adds ~100k slots to a few maps, one map after the other: remember the last.
 	var last *codecSetInfo
 	var lastKey kernelSetKey
+	var sc elementScratch
 	for _, op := range tx.Ops {
-		el, ok := op.Object.(*Element)
-		if !ok || op.Verb != VerbAdd || len(el.Key) == 0 || el.Key[len(el.Key)-1].Type != TypeInteger {
+		el := sc.of(op.Object)
+		if el == nil || op.Verb != VerbAdd || len(el.Key) == 0 || el.Key[len(el.Key)-1].Type != TypeInteger {
 			continue
 		}
 		key := kernelSetKey{kernelOpTable(tx, op), el.Set}

@@ -46,6 +46,10 @@ func renderOp(op Op, maps map[string]bool) string {
 	if op.Verb != VerbAdd && op.Verb != VerbDelete && op.Verb != VerbFlush {
 		return renderLoud("bad-verb", verb)
 	}
+	if p, ok := op.Object.(*Packed); ok {
+		e := p.Unpack()
+		op.Object = &e
+	}
 	switch o := op.Object.(type) {
 	case *TableObj:
 		return verb + " table " + t
@@ -100,7 +104,12 @@ func SortElementRuns(tx *Transaction) *Transaction {
 		return nil
 	}
 	out := &Transaction{Table: tx.Table, Ops: slices.Clone(tx.Ops)}
-	elem := func(op Op) *Element { e, _ := op.Object.(*Element); return e }
+	elem := func(op Op) *Element {
+		if e, ok := ElementOf(op.Object); ok {
+			return &e
+		}
+		return nil
+	}
 	for i := 0; i < len(out.Ops); {
 		e := elem(out.Ops[i])
 		j := i + 1

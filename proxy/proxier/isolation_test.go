@@ -46,7 +46,7 @@ func refuse(k nft.Interface) *refusal {
 	r := &refusal{Interface: k, ports: map[string]bool{}}
 	if f, ok := k.(*nft.Fake); ok {
 		f.RefuseOp = func(op nft.Op) syscall.Errno {
-			if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && r.refused(e) {
+			if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbAdd && r.refused(e) {
 				return syscall.EPERM
 			}
 			if rl, ok := op.Object.(*nft.Rule); ok && op.Verb == nft.VerbAdd && r.ownChain(rl.Chain) {
@@ -93,7 +93,7 @@ func (r *refusal) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, er
 	}
 	out := &nft.Transaction{Table: tx.Table, Ops: append([]nft.Op(nil), tx.Ops...)}
 	for i, op := range out.Ops {
-		if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && r.refused(e) {
+		if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbAdd && r.refused(e) {
 			bad, v := *e, *e.Verdict
 			v.Chain = "no-such-chain"
 			bad.Verdict = &v
@@ -450,3 +450,10 @@ func addBadServices(tr *model.Tracker, n int, mods ...func(*corev1.Service)) (ba
 
 // affinity gives a Service ClientIP affinity: its ports get chains of their own.
 func affinity(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }
+
+// elementOf returns an op's element, whether the op carries it packed (as the reconciler sends
+// its elements) or not.
+func elementOf(o nft.Object) (*nft.Element, bool) {
+	e, ok := nft.ElementOf(o)
+	return &e, ok
+}

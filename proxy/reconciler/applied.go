@@ -13,7 +13,7 @@ type appliedIndex struct {
 	objects
 	// elems are the elements held apart from the linked index's marked entries, by ElementID:
 	// an ID is in elems or a marked entry, never both.
-	elems map[string]*nft.Element
+	elems map[string]*nft.Packed
 	// perSet counts the elements of each set, the marked entries included.
 	perSet map[string]int
 	// linked is the desired index whose entries marked applied are elements of this one too.
@@ -21,7 +21,7 @@ type appliedIndex struct {
 }
 
 func newAppliedIndex() *appliedIndex {
-	return &appliedIndex{objects: newObjects(), elems: map[string]*nft.Element{}, perSet: map[string]int{}}
+	return &appliedIndex{objects: newObjects(), elems: map[string]*nft.Packed{}, perSet: map[string]int{}}
 }
 
 // link makes ix the applied index of d, its marked entries ix's elements. Marks left by an
@@ -46,7 +46,7 @@ func (ix *appliedIndex) marked(id string) (*elemEntry, bool) {
 	return e, ok && e.applied
 }
 
-func (ix *appliedIndex) get(id string) (*nft.Element, bool) {
+func (ix *appliedIndex) get(id string) (*nft.Packed, bool) {
 	if el, ok := ix.elems[id]; ok {
 		return el, true
 	}
@@ -57,7 +57,7 @@ func (ix *appliedIndex) get(id string) (*nft.Element, bool) {
 }
 
 // each calls fn for every element; fn may delete the element it is given.
-func (ix *appliedIndex) each(fn func(id string, el *nft.Element)) {
+func (ix *appliedIndex) each(fn func(id string, el *nft.Packed)) {
 	for id, el := range ix.elems {
 		fn(id, el)
 	}
@@ -71,13 +71,13 @@ func (ix *appliedIndex) each(fn func(id string, el *nft.Element)) {
 }
 
 // put sets the element of id. el must not change afterwards.
-func (ix *appliedIndex) put(id string, el *nft.Element) {
+func (ix *appliedIndex) put(id string, el *nft.Packed) {
 	_, had := ix.elems[id]
 	if e, ok := ix.marked(id); ok {
 		e.applied, had = false, true
 	}
 	if !had {
-		ix.perSet[el.Set]++
+		ix.perSet[el.Set()]++
 	}
 	ix.elems[id] = el
 }
@@ -93,7 +93,7 @@ func (ix *appliedIndex) putEntry(id string, e *elemEntry) {
 		delete(ix.elems, id)
 	}
 	if !had && !e.applied {
-		ix.perSet[e.el.Set]++
+		ix.perSet[e.el.Set()]++
 	}
 	e.applied = true
 }
@@ -103,7 +103,7 @@ func (ix *appliedIndex) delElem(id string) {
 	if !ok {
 		return
 	}
-	countDown(ix.perSet, el.Set)
+	countDown(ix.perSet, el.Set())
 	delete(ix.elems, id)
 	if e, ok := ix.marked(id); ok {
 		e.applied = false
@@ -112,12 +112,12 @@ func (ix *appliedIndex) delElem(id string) {
 
 // eachInSets calls fn for every element of the named sets, none when those sets hold nothing.
 // fn may delete the element it is given.
-func (ix *appliedIndex) eachInSets(sets map[string]bool, fn func(id string, el *nft.Element)) {
+func (ix *appliedIndex) eachInSets(sets map[string]bool, fn func(id string, el *nft.Packed)) {
 	if !anyCounted(ix.perSet, sets) {
 		return
 	}
-	ix.each(func(id string, el *nft.Element) {
-		if sets[el.Set] {
+	ix.each(func(id string, el *nft.Packed) {
+		if sets[el.Set()] {
 			fn(id, el)
 		}
 	})
@@ -148,8 +148,10 @@ func indexFromDump(rs *nft.Ruleset) *appliedIndex {
 		ix.putSet(&s)
 	}
 	for _, els := range rs.Elements {
+		ps := make([]nft.Packed, len(els)) // one allocation per set for the packings' headers
 		for i := range els {
-			ix.put(ElementID(&els[i]), &els[i])
+			ps[i] = nft.Pack(&els[i])
+			ix.put(ps[i].ID(), &ps[i])
 		}
 	}
 	return ix

@@ -49,7 +49,7 @@ func eachElem(ks keys, d *desiredIndex, a *appliedIndex, fn func(id string, de *
 	for id, de := range d.elems {
 		fn(id, de, true)
 	}
-	onlyA := func(id string, _ *nft.Element) {
+	onlyA := func(id string, _ *nft.Packed) {
 		if _, ok := d.elems[id]; !ok {
 			fn(id, nil, false)
 		}
@@ -70,10 +70,10 @@ type plan struct {
 	addChains   []nft.Chain
 	replChains  []nft.Chain // base chains whose hook or priority changed: flush, delete, add
 	flushChains []string
-	delElems    []*nft.Element // the indexes' own elements, never changed: no copies
+	delElems    []*nft.Packed // the indexes' own elements, never changed: no copies
 	delSets     []string
 	addSets     []nft.Set
-	addElems    []*nft.Element
+	addElems    []*nft.Packed
 	addRules    []nft.Rule
 	delChains   []string
 	newStale    []string
@@ -159,11 +159,11 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 		added[s.Name] = true
 	}
 	eachElem(ks, d, a, func(id string, de *elemEntry, inD bool) {
-		if inD && (p.dropSets[de.el.Set] || added[de.el.Set]) {
+		if inD && (p.dropSets[de.el.Set()] || added[de.el.Set()]) {
 			return // handled with the set below
 		}
 		ae, inA := a.get(id)
-		if inA && p.dropSets[ae.Set] {
+		if inA && p.dropSets[ae.Set()] {
 			return // handled with the set below
 		}
 		switch {
@@ -173,7 +173,7 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 			p.delElems = append(p.delElems, ae)
 			p.addElems = append(p.addElems, &de.el)
 		case !inD && inA:
-			if s, ok := a.sets[ae.Set]; ok && s.Dynamic {
+			if s, ok := a.sets[ae.Set()]; ok && s.Dynamic {
 				return // the packet path owns the elements of dynamic sets
 			}
 			p.delElems = append(p.delElems, ae)
@@ -243,7 +243,7 @@ func (p *plan) emit(tx *nft.Transaction) {
 func (p *plan) commit(tb *table, now time.Time) {
 	d, a := tb.desired, tb.applied
 	a.link(d)
-	a.eachInSets(p.dropSets, func(id string, _ *nft.Element) { a.delElem(id) })
+	a.eachInSets(p.dropSets, func(id string, _ *nft.Packed) { a.delElem(id) })
 	for n := range p.dropSets {
 		a.delSet(n)
 	}
@@ -258,14 +258,14 @@ func (p *plan) commit(tb *table, now time.Time) {
 	eachElem(p.keys, d, a, func(id string, e *elemEntry, inD bool) {
 		if inD {
 			a.putEntry(id, e)
-		} else if ae, ok := a.get(id); ok && !a.isDynamic(ae.Set) {
+		} else if ae, ok := a.get(id); ok && !a.isDynamic(ae.Set()) {
 			a.delElem(id)
 		}
 	})
 	if p.keys.allElems {
 		// A read-back's map held every element the kernel had, and a map never shrinks: keep
 		// the few that remain (those of dynamic sets) in one of their size.
-		rest := make(map[string]*nft.Element, len(a.elems))
+		rest := make(map[string]*nft.Packed, len(a.elems))
 		for id, el := range a.elems {
 			rest[id] = el
 		}
@@ -323,17 +323,17 @@ func countDrift(believed, kernel *appliedIndex) int {
 			n++
 		}
 	}
-	check := func(id string, be *nft.Element, inB bool) {
+	check := func(id string, be *nft.Packed, inB bool) {
 		ke, inK := kernel.get(id)
-		if (inB && believed.isDynamic(be.Set)) || (inK && kernel.isDynamic(ke.Set)) {
+		if (inB && believed.isDynamic(be.Set())) || (inK && kernel.isDynamic(ke.Set())) {
 			return
 		}
 		if inB != inK || (inB && !sameElement(be, ke)) {
 			n++
 		}
 	}
-	believed.each(func(id string, be *nft.Element) { check(id, be, true) })
-	kernel.each(func(id string, _ *nft.Element) {
+	believed.each(func(id string, be *nft.Packed) { check(id, be, true) })
+	kernel.each(func(id string, _ *nft.Packed) {
 		if _, ok := believed.get(id); !ok {
 			check(id, nil, false)
 		}
@@ -358,19 +358,21 @@ func sortedRefs(ix *objects, set string) []string { return sorted(ix.refs[set]) 
 // exactly as `nftproxy render` loaded with nft -f does. Hash sets list in the kernel's own order,
 // so their elements keep the order they came in. The grouping is a counting sort by set (a
 // comparison sort of a full sync's elements by set name cost ~0.1 s at 10k Services); only the
-// interval sets' groups are sorted. It orders pointers: the elements are the indexes' own.
-func orderElements(els []*nft.Element, ix *objects) []*nft.Element {
+// interval sets' groups are sorted, unpacked once each. It orders pointers: the elements are
+// the indexes' own.
+func orderElements(els []*nft.Packed, ix *objects) []*nft.Packed {
 	if len(els) < 2 {
 		return els
 	}
+	sets := make([]string, len(els)) // each element's set, found once
 	count := map[string]int{}
 	last, n := "", 0
-	for _, e := range els { // consecutive elements mostly share their set: count runs
-		if e.Set != last {
+	for i, e := range els { // consecutive elements mostly share their set: count runs
+		if sets[i] = e.Set(); sets[i] != last {
 			if n > 0 {
 				count[last] += n
 			}
-			last, n = e.Set, 0
+			last, n = sets[i], 0
 		}
 		n++
 	}
@@ -386,18 +388,29 @@ func orderElements(els []*nft.Element, ix *objects) []*nft.Element {
 		next[name] = off
 		off += count[name]
 	}
-	out := make([]*nft.Element, len(els))
-	for _, e := range els {
-		i := next[e.Set]
-		out[i] = e
-		next[e.Set] = i + 1
+	out := make([]*nft.Packed, len(els))
+	for i, e := range els {
+		j := next[sets[i]]
+		out[j] = e
+		next[sets[i]] = j + 1
 	}
 	off = 0
 	for _, name := range names {
 		group := out[off : off+count[name]]
 		off += count[name]
 		if s, ok := ix.sets[name]; ok && s.Interval {
-			slices.SortStableFunc(group, func(a, b *nft.Element) int { return nft.CompareElements(*a, *b) })
+			type unpacked struct {
+				el nft.Element
+				p  *nft.Packed
+			}
+			us := make([]unpacked, len(group))
+			for i, p := range group {
+				us[i] = unpacked{p.Unpack(), p}
+			}
+			slices.SortStableFunc(us, func(a, b unpacked) int { return nft.CompareElements(a.el, b.el) })
+			for i := range us {
+				group[i] = us[i].p
+			}
 		}
 	}
 	return out

@@ -30,7 +30,7 @@ type batchRefuser struct {
 func (k batchRefuser) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
 	var first *nft.OpError
 	for i, op := range tx.Ops {
-		e, ok := op.Object.(*nft.Element)
+		e, ok := elementOf(op.Object)
 		if !ok || op.Verb != nft.VerbAdd || !k.refuse[e.Key[0].Addr] {
 			continue
 		}
@@ -106,7 +106,7 @@ func TestRefusedElementsOfManyOwnersNameEachOnce(t *testing.T) {
 		{nft.Op{Table: tbl, Verb: nft.VerbAdd, Object: ptr(el("198.18.0.5"))}, c, true},
 	} {
 		if owner, ok := r.OwnerOf(tc.op); owner != tc.owner || ok != tc.owned {
-			t.Errorf("OwnerOf(%s) = %v, %v; want %v, %v", tc.op.Object.(*nft.Element).Key[0].Addr, owner, ok, tc.owner, tc.owned)
+			t.Errorf("OwnerOf(%s) = %v, %v; want %v, %v", mustElement(tc.op.Object).Key[0].Addr, owner, ok, tc.owner, tc.owned)
 		}
 	}
 }
@@ -216,7 +216,7 @@ func TestChurnKeepsTheAppliedStateTrue(t *testing.T) {
 		case x < 65: // the kernel refuses an element op, if the Commit has one
 			k := ip(rnd.IntN(keys))
 			f.RefuseOp = func(op nft.Op) syscall.Errno {
-				if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == k {
+				if e, ok := elementOf(op.Object); ok && e.Key[0] == k {
 					return syscall.EPERM
 				}
 				return 0

@@ -1,9 +1,6 @@
 package reconciler
 
 import (
-	"encoding/binary"
-	"slices"
-
 	"github.com/nftproxy/nftproxy/nft"
 )
 
@@ -25,45 +22,10 @@ type Fragment struct {
 
 // ElementID identifies an element within its table: set name, key and interval end (an end
 // equal to the key is the same element as no end). Two elements with the same ID cannot both be
-// in the kernel; their values may differ. It is a map key, never shown: a compact binary form
-// (the set's name, a NUL, then each value self-delimited by a tag), as every element of the
-// table keeps one: ~22 bytes for a slot where the text form took ~37. It is on the hot path of
-// every sync (one call per element of every changed fragment, and per element read back): one
-// allocation for the result, no fmt.
+// in the kernel; their values may differ. It is a map key, never shown: the identity prefix of
+// the element's packing (nft.Packed), ~23 bytes for an endpoint slot. The indexes key their
+// entries by the ID their packed element starts with, so an index holds no second copy of it.
 func ElementID(e *nft.Element) string {
 	var buf [96]byte
-	b := append(append(buf[:0], e.Set...), 0)
-	b = appendValues(b, e.Key)
-	if e.KeyEnd != nil && !slices.Equal(e.Key, e.KeyEnd) {
-		b = appendValues(append(b, idTagEnd), e.KeyEnd)
-	}
-	return string(b)
-}
-
-// The tags that start each value of an ElementID (and its interval end): none is a valid
-// start of another, so the encoding is prefix-free and two IDs are equal only for equal keys.
-const (
-	idTagInvalid = 0
-	idTagIPv4    = 4 // then 4 bytes
-	idTagIPv6    = 6 // then 16 bytes
-	idTagNum     = 'n'
-	idTagEnd     = 'e'
-)
-
-func appendValues(b []byte, vs []nft.Value) []byte {
-	for _, v := range vs {
-		switch {
-		case v.Type != nft.TypeIPv4Addr && v.Type != nft.TypeIPv6Addr:
-			b = binary.AppendUvarint(append(b, idTagNum), uint64(v.Num))
-		case !v.Addr.IsValid():
-			b = append(b, idTagInvalid)
-		case v.Addr.Is4():
-			a := v.Addr.As4()
-			b = append(append(b, idTagIPv4), a[:]...)
-		default:
-			a := v.Addr.As16()
-			b = append(append(b, idTagIPv6), a[:]...)
-		}
-	}
-	return b
+	return string(nft.AppendID(buf[:0], e))
 }

@@ -7,17 +7,16 @@ import (
 )
 
 // elemEntry is one desired element and how many owners want it (a ClusterIP with several
-// ports, an endpoint behind several Services). The element lives inside its entry (one
-// allocation per element, not two). An entry is 144 bytes, a size class of its own: who wants
-// the element is not kept here (an Owner is 32 bytes; with it an entry took 176, ~7 MB at 10k
-// Services) but found in the owners' records, on the failure path alone (see ownersOf).
+// ports, an endpoint behind several Services). The element is kept packed (nft.Packed: one
+// string of ~30 bytes instead of an nft.Element of 120 and its values of 192), and the index's
+// key is its packing's ID prefix, so an entry is 32 bytes and its element one allocation. Who
+// wants the element is not kept here (an Owner is 32 bytes) but found in the owners' records, on
+// the failure path alone (see ownersOf).
 type elemEntry struct {
 	// el is never changed in place: the applied index holds it once committed, so the desired
 	// and the applied index share one copy of every element they agree on. A new value gets a
 	// new entry (replace).
-	el nft.Element
-	// id is the index's key, kept so that owners' records share its bytes.
-	id string
+	el nft.Packed
 	// refs counts the owners that want the element.
 	refs int32
 	// applied is set while the applied index linked to this entry's index holds el itself (see
@@ -25,11 +24,14 @@ type elemEntry struct {
 	applied bool
 }
 
+// id is the entry's key in its index.
+func (e *elemEntry) id() string { return e.el.ID() }
+
 // replace returns a copy of the entry holding el instead (the old one may be what the kernel
 // holds: see table.letGo), not marked applied.
-func (e *elemEntry) replace(el *nft.Element) *elemEntry {
+func (e *elemEntry) replace(el nft.Packed) *elemEntry {
 	c := *e
-	c.el = *el
+	c.el = el
 	c.applied = false
 	return &c
 }
@@ -97,7 +99,7 @@ func (ix *objects) isDynamic(set string) bool {
 // putElem adds the entry of a new id (Set changes an existing entry itself).
 func (ix *desiredIndex) putElem(id string, e *elemEntry) {
 	if _, ok := ix.elems[id]; !ok {
-		ix.perSet[e.el.Set]++
+		ix.perSet[e.el.Set()]++
 	}
 	ix.elems[id] = e
 }
@@ -109,7 +111,7 @@ func (ix *desiredIndex) eachInSets(sets map[string]bool, fn func(id string, e *e
 		return
 	}
 	for id, e := range ix.elems {
-		if sets[e.el.Set] {
+		if sets[e.el.Set()] {
 			fn(id, e)
 		}
 	}
@@ -117,7 +119,7 @@ func (ix *desiredIndex) eachInSets(sets map[string]bool, fn func(id string, e *e
 
 func (ix *desiredIndex) delElem(id string) {
 	if cur, ok := ix.elems[id]; ok {
-		countDown(ix.perSet, cur.el.Set)
+		countDown(ix.perSet, cur.el.Set())
 		delete(ix.elems, id)
 	}
 }
@@ -191,13 +193,6 @@ func sameSet(a, b *nft.Set) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// sameElement compares what an element maps to (its identity is already equal).
-func sameElement(a, b *nft.Element) bool {
-	if a == b {
-		return true
-	}
-	if len(a.Data)+len(b.Data) > 0 && !reflect.DeepEqual(a.Data, b.Data) {
-		return false
-	}
-	return reflect.DeepEqual(a.Verdict, b.Verdict) && a.Comment == b.Comment && a.Timeout == b.Timeout
-}
+// sameElement compares what two elements of one ID map to: packings are equal exactly when the
+// elements are.
+func sameElement(a, b *nft.Packed) bool { return a == b || a.String() == b.String() }

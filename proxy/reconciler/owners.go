@@ -138,8 +138,13 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 			}
 		case *nft.Set:
 			owners[i], owned[i] = ownerIn(tb.setOwner, o.Name)
-		case *nft.Element:
-			id := ElementID(o)
+		case *nft.Element, *nft.Packed:
+			var id string
+			if p, ok := o.(*nft.Packed); ok {
+				id = p.ID()
+			} else {
+				id = ElementID(o.(*nft.Element))
+			}
 			if _, ok := tb.desired.elems[id]; !ok {
 				continue
 			}
@@ -152,10 +157,10 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 	for tb, ids := range elems {
 		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
 			for _, e := range tb.owners[owner].elems {
-				for _, i := range ids[e.id] {
+				for _, i := range ids[e.id()] {
 					owners[i], owned[i] = owner, true
 				}
-				delete(ids, e.id)
+				delete(ids, e.id())
 			}
 			if len(ids) == 0 {
 				break

@@ -58,6 +58,7 @@ type Reconciler struct {
 	log    logr.Logger
 	now    func() time.Time
 	tables []*table
+	buf    []byte // Set packs each element here first
 }
 
 // New returns a Reconciler for the given tables (one per family). now is the clock (time.Now).
@@ -158,39 +159,42 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	// hold never leaves the desired state.
 	// While the kernel's state is unknown the next Commit diffs every element anyway: listing
 	// each one as dirty would only cost (a first sync sets hundreds of thousands).
+	// Each element is packed into a reused buffer, looked up and compared there: only a new
+	// or changed element allocates (its packing, once).
 	track := tb.applied != nil
 	rec.elems = make([]*elemEntry, 0, len(f.Elements))
 	for i := range f.Elements {
-		e := &f.Elements[i]
-		id := ElementID(e)
-		if cur, ok := d.elems[id]; ok {
+		var n int
+		r.buf, n = nft.AppendPacked(r.buf[:0], &f.Elements[i])
+		if cur, ok := d.elems[string(r.buf[:n])]; ok {
 			cur.refs++
-			if !sameElement(&cur.el, e) {
-				tb.letGo(id, cur)
-				cur = cur.replace(e)
-				d.elems[id] = cur
+			if cur.el.String() != string(r.buf) {
+				tb.letGo(cur.id(), cur)
+				cur = cur.replace(nft.PackedFrom(r.buf, n))
+				d.elems[cur.id()] = cur // the key now shares the new packing's bytes
 				if track {
-					tb.dirty.elems[id] = true
+					tb.dirty.elems[cur.id()] = true
 				}
 			}
 			rec.elems = append(rec.elems, cur)
 			continue
 		}
-		cur := &elemEntry{el: *e, id: id, refs: 1}
+		cur := &elemEntry{el: nft.PackedFrom(r.buf, n), refs: 1}
 		rec.elems = append(rec.elems, cur)
-		d.putElem(id, cur)
+		d.putElem(cur.id(), cur)
 		if track {
-			tb.dirty.elems[id] = true
+			tb.dirty.elems[cur.id()] = true
 		}
 	}
 	for _, oe := range old.elems {
-		if cur, ok := d.elems[oe.id]; ok {
+		id := oe.id()
+		if cur, ok := d.elems[id]; ok {
 			if cur.refs--; cur.refs <= 0 {
-				tb.letGo(oe.id, cur)
-				d.delElem(oe.id)
+				tb.letGo(id, cur)
+				d.delElem(id)
 			}
 			if track {
-				tb.dirty.elems[oe.id] = true
+				tb.dirty.elems[id] = true
 			}
 		}
 	}

@@ -374,7 +374,7 @@ type refusing struct {
 func (k *refusing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
 	out := &nft.Transaction{Table: tx.Table, Ops: append([]nft.Op(nil), tx.Ops...)}
 	for i, op := range out.Ops {
-		if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbAdd && e.Verdict != nil && k.chains[e.Verdict.Chain] {
+		if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbAdd && e.Verdict != nil && k.chains[e.Verdict.Chain] {
 			bad, v := *e, *e.Verdict
 			v.Chain = "no-such-chain"
 			bad.Verdict = &v
@@ -465,7 +465,7 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "b"}, reconciler.Fragment{Elements: []nft.Element{shared}})
 	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
 	f.RefuseOp = func(op nft.Op) syscall.Errno {
-		if e, ok := op.Object.(*nft.Element); ok && e.Key[0] == shared.Key[0] {
+		if e, ok := elementOf(op.Object); ok && e.Key[0] == shared.Key[0] {
 			return syscall.EPERM
 		}
 		return 0
@@ -474,4 +474,16 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 	if owner, ok := reconciler.RefusedOwner(err); !ok || owner != (reconciler.Owner{Namespace: "ns", Name: "b"}) {
 		t.Fatalf("RefusedOwner(%v) = %q, %v; want ns/b, the owner that still holds the element", err, owner, ok)
 	}
+}
+
+// elementOf returns an op's element, whether the op carries it packed (as the reconciler sends
+// its elements) or not.
+func elementOf(o nft.Object) (*nft.Element, bool) {
+	e, ok := nft.ElementOf(o)
+	return &e, ok
+}
+
+func mustElement(o nft.Object) *nft.Element {
+	e, _ := elementOf(o)
+	return e
 }

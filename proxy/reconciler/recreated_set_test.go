@@ -58,7 +58,7 @@ func TestRecreatedSetElementsKnownToNextPartialSync(t *testing.T) {
 		commit(false)
 		var dels []string
 		for _, op := range r.last.Ops {
-			if e, ok := op.Object.(*nft.Element); ok && op.Verb == nft.VerbDelete {
+			if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbDelete {
 				dels = append(dels, e.Key[0].Addr.String())
 			}
 		}

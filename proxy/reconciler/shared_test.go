@@ -113,7 +113,7 @@ func TestNewChainRulesBeforeElements(t *testing.T) {
 	firstElem, lastRule := -1, -1
 	for i, op := range r.last.Ops {
 		switch op.Object.(type) {
-		case *nft.Element:
+		case *nft.Element, *nft.Packed:
 			if firstElem < 0 {
 				firstElem = i
 			}
@@ -136,7 +136,7 @@ func TestNewSetElementsAddedOnce(t *testing.T) {
 	h.commit(false)
 	seen := map[string]bool{}
 	for _, op := range r.last.Ops {
-		if e, ok := op.Object.(*nft.Element); ok {
+		if e, ok := elementOf(op.Object); ok {
 			id := op.Table.String() + " " + reconciler.ElementID(e)
 			if seen[id] {
 				t.Errorf("element %s %+v added twice in one transaction", op.Table, *e)
