@@ -36,7 +36,16 @@ type decodeElems struct {
 	vals     []Value
 	verdicts []Verdict
 	chains   map[string]string // verdict chain names, shared by every element naming them
+	// pack (DumpPacked) packs each element as soon as it is decoded, into packs (the packings
+	// back to back) and ends (where each ends, and its ID's length): the values and verdict
+	// slabs are then reused by the next element, and nothing per element is allocated.
+	pack  bool
+	packs []byte
+	ends  []decodePackEnd
 }
+
+// decodePackEnd is where one packed element ends in decodeElems.packs, and its ID's length.
+type decodePackEnd struct{ end, id uint32 }
 
 // decodeRawElem is one element of a single-field interval set before reassembly: its key is
 // arena[key:key+keyLen].
@@ -48,6 +57,34 @@ type decodeRawElem struct {
 
 func (k *Kernel) dumpElements(ctx context.Context, t Table, s *Set, chains map[string]string) ([]Element, error) {
 	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains}
+	if err := k.decodeElements(ctx, t, d); err != nil {
+		return nil, err
+	}
+	return d.sorted(), nil
+}
+
+// dumpPacked reads back the elements of set s packed, in the kernel's order.
+func (k *Kernel) dumpPacked(ctx context.Context, t Table, s *Set, chains map[string]string) ([]Packed, error) {
+	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains, pack: true}
+	if err := k.decodeElements(ctx, t, d); err != nil {
+		return nil, err
+	}
+	if len(d.ends) == 0 {
+		return nil, nil
+	}
+	all := string(d.packs) // one allocation for the set's packings, which share it
+	out := make([]Packed, len(d.ends))
+	start := uint32(0)
+	for i, e := range d.ends {
+		out[i] = Packed{s: all[start:e.end], id: e.id}
+		start = e.end
+	}
+	return out, nil
+}
+
+// decodeElements reads the elements of d's set into d.
+func (k *Kernel) decodeElements(ctx context.Context, t Table, d *decodeElems) error {
+	s := d.set
 	err := k.conn.dump(ctx, unix.NFT_MSG_GETSETELEM, t.Family, func(w *nlBuf) {
 		w.str(unix.NFTA_SET_ELEM_LIST_TABLE, t.Name)
 		w.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
@@ -68,20 +105,30 @@ func (k *Kernel) dumpElements(ctx context.Context, t Table, s *Set, chains map[s
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if s.Interval && len(s.Key) == 1 {
-		if err := d.joinIntervals(); err != nil {
-			return nil, err
-		}
+		return d.joinIntervals()
 	}
-	return d.sorted(), nil
+	return nil
 }
 
 // decodeChunk is the number of elements of a staging chunk (480 KiB).
 const decodeChunk = 4096
 
 func (d *decodeElems) push(el Element) {
+	if d.pack {
+		var id int
+		d.packs, id = AppendPacked(d.packs, &el)
+		d.ends = append(d.ends, decodePackEnd{end: uint32(len(d.packs)), id: uint32(id)})
+		if len(d.raws) == 0 {
+			// el is packed: the slabs are free for the next element. Not while interval
+			// elements wait to be joined: their data values and verdicts are in the slabs.
+			d.vals, d.verdicts = d.vals[:0], d.verdicts[:0]
+		}
+		d.n++
+		return
+	}
 	if len(d.chunks) == 0 || len(d.chunks[len(d.chunks)-1]) == decodeChunk {
 		d.chunks = append(d.chunks, make([]Element, 0, decodeChunk))
 	}

@@ -19,7 +19,17 @@ func decodeTableAttr(t Table) func(w *nlBuf) {
 }
 
 // Dump reads back everything table t holds.
-func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) {
+func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) { return k.dump(ctx, t, false) }
+
+// DumpPacked reads back everything table t holds, its elements packed (Ruleset.Packed, in the
+// kernel's order): what a restart's read-back keeps of each element is its packing, and the
+// elements are packed as they are decoded, so the read-back of a table of 300k elements never
+// holds them unpacked (~310 bytes each).
+func (k *Kernel) DumpPacked(ctx context.Context, t Table) (*Ruleset, error) {
+	return k.dump(ctx, t, true)
+}
+
+func (k *Kernel) dump(ctx context.Context, t Table, packed bool) (*Ruleset, error) {
 	err := k.conn.get(ctx, unix.NFT_MSG_GETTABLE, t.Family, decodeTableAttr(t), func(nlMsg) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("dump table %s: %w", t, err)
@@ -36,7 +46,20 @@ func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) {
 		k.sets[t][s.Name] = s
 	}
 	chains := map[string]string{}
+	if packed {
+		rs.Elements, rs.Packed = nil, map[string][]Packed{}
+	}
 	for i := range rs.Sets {
+		if packed {
+			ps, err := k.dumpPacked(ctx, t, &rs.Sets[i], chains)
+			if err != nil {
+				return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)
+			}
+			if len(ps) > 0 {
+				rs.Packed[rs.Sets[i].Name] = ps
+			}
+			continue
+		}
 		els, err := k.dumpElements(ctx, t, &rs.Sets[i], chains)
 		if err != nil {
 			return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,7 +254,38 @@ func TestKernelShapes(t *testing.T) {
 			}
 			kernelCheckJSON(t, ns, fam, len(want))
 			kernelCheckRoundTrip(t, ns, fam)
+			kernelCheckPackedDump(t, k, rs)
 		})
+	}
+}
+
+// kernelCheckPackedDump: DumpPacked reads every set back as Dump does, each element packed.
+func kernelCheckPackedDump(t *testing.T, k *Kernel, rs *Ruleset) {
+	t.Helper()
+	ps, err := k.DumpPacked(context.Background(), rs.Table)
+	if err != nil {
+		t.Fatalf("DumpPacked: %v", err)
+	}
+	if ps.Elements != nil {
+		t.Errorf("DumpPacked filled Elements too")
+	}
+	if len(ps.Packed) != len(rs.Elements) {
+		t.Errorf("DumpPacked read %d sets with elements, Dump %d", len(ps.Packed), len(rs.Elements))
+	}
+	for set, els := range rs.Elements {
+		var want, got []string
+		for i := range els {
+			p := Pack(&els[i])
+			want = append(want, p.ID()+" | "+p.String())
+		}
+		for i := range ps.Packed[set] {
+			got = append(got, ps.Packed[set][i].ID()+" | "+ps.Packed[set][i].String())
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("set %s: DumpPacked read\n%q\nwant (Dump's, packed)\n%q", set, got, want)
+		}
 	}
 }
 

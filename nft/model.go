@@ -242,5 +242,8 @@ type Ruleset struct {
 	Chains   []Chain
 	Sets     []Set
 	Elements map[string][]Element
-	Rules    []Rule // in chain order, chains in the order of Chains
+	// Packed holds the elements instead of Elements, by set name, in a read-back by a
+	// PackedDumper's DumpPacked.
+	Packed map[string][]Packed
+	Rules  []Rule // in chain order, chains in the order of Chains
 }

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -265,4 +266,29 @@ func (sc *elementScratch) of(o Object) *Element {
 		return &sc.e
 	}
 	return nil
+}
+
+// PackedDumper is a kernel that reads a table back with its elements packed (Ruleset.Packed
+// instead of Ruleset.Elements): the Kernel and the Fake. A reader that keeps the elements
+// packed anyway (the reconciler) asks for them so when its Interface offers it.
+type PackedDumper interface {
+	DumpPacked(ctx context.Context, t Table) (*Ruleset, error)
+}
+
+// DumpPacked is Dump with the elements packed (see PackedDumper).
+func (f *Fake) DumpPacked(ctx context.Context, t Table) (*Ruleset, error) {
+	rs, err := f.Dump(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	rs.Packed = make(map[string][]Packed, len(rs.Elements))
+	for set, els := range rs.Elements {
+		ps := make([]Packed, len(els))
+		for i := range els {
+			ps[i] = Pack(&els[i])
+		}
+		rs.Packed[set] = ps
+	}
+	rs.Elements = nil
+	return rs, nil
 }

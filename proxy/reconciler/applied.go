@@ -147,6 +147,11 @@ func indexFromDump(rs *nft.Ruleset) *appliedIndex {
 		s := rs.Sets[i]
 		ix.putSet(&s)
 	}
+	for _, ps := range rs.Packed {
+		for i := range ps {
+			ix.put(ps[i].ID(), &ps[i])
+		}
+	}
 	for _, els := range rs.Elements {
 		ps := make([]nft.Packed, len(els)) // one allocation per set for the packings' headers
 		for i := range els {

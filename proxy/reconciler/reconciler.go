@@ -311,7 +311,13 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 }
 
 func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*appliedIndex, error) {
-	rs, err := r.kernel.Dump(ctx, t)
+	var rs *nft.Ruleset
+	var err error
+	if pd, ok := r.kernel.(nft.PackedDumper); ok { // the index keeps only the packings
+		rs, err = pd.DumpPacked(ctx, t)
+	} else {
+		rs, err = r.kernel.Dump(ctx, t)
+	}
 	if nft.IsNotFound(err) {
 		return newAppliedIndex(), nil
 	}
