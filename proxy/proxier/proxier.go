@@ -138,7 +138,7 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 			delete(p.refused, k)
 			p.stage(k, s)
 			for _, b := range p.builders {
-				p.rec.Set(b.Table(), reconciler.Owner(k), b.Service(p.node, s))
+				p.rec.Set(b.Table(), reconciler.Owner(k), b.ServiceScratch(p.node, s))
 			}
 		}
 	}
@@ -220,7 +220,7 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 		p.rec.Set(t, reconciler.Owner{}, b.Base(snap.Node))
 		for _, s := range snap.Sorted() {
 			seen[reconciler.Owner(s.Key)] = true
-			p.rec.Set(t, reconciler.Owner(s.Key), b.Service(snap.Node, s))
+			p.rec.Set(t, reconciler.Owner(s.Key), b.ServiceScratch(snap.Node, s))
 		}
 		for _, o := range p.rec.Owners(t) {
 			if !seen[o] {

@@ -15,6 +15,7 @@ import (
 // function of its arguments.
 type Builder struct {
 	cfg Config
+	sc  scratch // ServiceScratch's reused memory
 }
 
 // NewBuilder validates cfg and returns a Builder for its family.

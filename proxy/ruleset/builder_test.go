@@ -2,6 +2,7 @@ package ruleset
 
 import (
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -263,5 +264,27 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if m, _ := BitMask(14); m != 0x4000 {
 		t.Errorf("BitMask(14) = %#x, want 0x4000", m)
+	}
+}
+
+// TestServiceScratchEqualsService: ServiceScratch builds exactly Service's fragment while it
+// reuses its memory from call to call, a Service too large for one slab included.
+func TestServiceScratchEqualsService(t *testing.T) {
+	var many []model.Endpoint
+	for i := 0; i < 700; i++ { // ~8,000 slot values: more than one slab
+		many = append(many, model.Endpoint{Addr: netip.AddrFrom4([4]byte{198, 18, 200 + byte(i/250), byte(i % 250)}), Port: 8080, Ready: true, Serving: true})
+	}
+	big := &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "big"}, Ports: []model.ServicePort{{
+		Name: pn("default", "big", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, NodePort: 30081,
+		ClusterIPs: addrs("198.19.0.99"), LoadBalancerIPs: addrs("198.19.100.9"), Endpoints: many,
+	}}}
+	svcs := append(services(), big)
+	svcs = append(svcs, svcs...) // each built twice, after others
+	scratch, fresh := testBuilder(t, nil), testBuilder(t, nil)
+	for _, s := range svcs {
+		got, want := scratch.ServiceScratch(testNode(), s), fresh.Service(testNode(), s)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ServiceScratch(%v) differs from Service:\n got %+v\nwant %+v", s.Key, got, want)
+		}
 	}
 }

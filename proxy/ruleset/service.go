@@ -40,6 +40,54 @@ func (b *Builder) Service(node *model.Node, svc *model.Service) reconciler.Fragm
 	return f
 }
 
+// ServiceScratch is Service building the fragment's elements in memory the builder reuses: its
+// Elements, their keys and their data are valid until the next ServiceScratch call on b (its
+// chains, rules and sets are the caller's, as Service's). The proxier hands each fragment to
+// the reconciler, which keeps its elements packed, before it builds the next: a full sync at
+// 10k Services then builds ~230k elements without making ~70 MB of garbage of them, which set
+// how high the heap grew (the garbage collector lets the heap reach twice what is live).
+func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) reconciler.Fragment {
+	b.sc.on, b.sc.vals = true, b.sc.vals[:0]
+	defer func() { b.sc.on = false }()
+	f := reconciler.Fragment{Elements: b.sc.elems[:0]}
+	if svc != nil && svc.Rejected == nil {
+		for i := range svc.Ports {
+			b.servicePort(&f, node, &svc.Ports[i])
+		}
+	}
+	b.sc.elems = f.Elements[:0]
+	if len(f.Elements) == 0 {
+		f.Elements = nil // as Service's: an empty fragment removes its owner
+	}
+	return f
+}
+
+// scratch is the memory ServiceScratch reuses from one call to the next.
+type scratch struct {
+	on    bool
+	elems []nft.Element
+	vals  []nft.Value // a slab the elements' keys and data are cut from
+}
+
+// scratchSlab is how many values one scratch slab holds (128 KiB): a Service's slots take ten
+// or so per endpoint and frontend.
+const scratchSlab = 4096
+
+// values returns an empty slice with room for n values, for an element's key or data: cut from
+// the scratch slab in ServiceScratch (capped, so an append past n copies), new otherwise.
+func (b *Builder) values(n int) []nft.Value {
+	if !b.sc.on {
+		return make([]nft.Value, 0, n)
+	}
+	if len(b.sc.vals)+n > cap(b.sc.vals) {
+		// The old slab stays with the elements cut from it until the caller is done with them.
+		b.sc.vals = make([]nft.Value, 0, max(scratchSlab, n))
+	}
+	l := len(b.sc.vals)
+	b.sc.vals = b.sc.vals[:l+n]
+	return b.sc.vals[l:l:l+n]
+}
+
 // portKey is the dispatch key of a ServicePort on one address: "addr . proto . port", with an
 // inclusive end for ranges, or "addr . proto" for all-ports.
 func portKey(a netip.Addr, proto uint8, sp *model.ServicePort) (key, end []nft.Value) {
@@ -159,7 +207,7 @@ func (b *Builder) hairpin(f *reconciler.Fragment, p *portPlan) {
 	}
 	slices.SortFunc(as, netip.Addr.Compare)
 	as = slices.Compact(as)
-	keys := make([]nft.Value, 0, 2*len(as))
+	keys := b.values(2 * len(as))
 	f.Elements = slices.Grow(f.Elements, len(as))
 	for i, a := range as {
 		keys = append(keys, nft.Addr(a), nft.Addr(a))

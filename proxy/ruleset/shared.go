@@ -151,7 +151,7 @@ func (b *Builder) localOf(f *reconciler.Fragment, k frontendKind, m, n int) stri
 func (b *Builder) slots(f *reconciler.Fragment, k frontendKind, local bool, front []nft.Value, eps []model.Endpoint) {
 	m := k.endpointMap(local)
 	w := len(front) + 1
-	keys, data := make([]nft.Value, 0, w*len(eps)), make([]nft.Value, 0, 2*len(eps))
+	keys, data := b.values(w*len(eps)), b.values(2*len(eps))
 	f.Elements = slices.Grow(f.Elements, len(eps))
 	for i, ep := range eps {
 		keys = append(append(keys, front...), nft.Int(uint32(i)))
