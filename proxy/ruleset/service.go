@@ -85,7 +85,7 @@ func (b *Builder) values(n int) []nft.Value {
 	}
 	l := len(b.sc.vals)
 	b.sc.vals = b.sc.vals[:l+n]
-	return b.sc.vals[l:l:l+n]
+	return b.sc.vals[l : l : l+n]
 }
 
 // portKey is the dispatch key of a ServicePort on one address: "addr . proto . port", with an
