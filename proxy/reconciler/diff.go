@@ -364,15 +364,14 @@ func orderElements(els []*nft.Packed, ix *objects) []*nft.Packed {
 	if len(els) < 2 {
 		return els
 	}
-	sets := make([]string, len(els)) // each element's set, found once
 	count := map[string]int{}
 	last, n := "", 0
-	for i, e := range els { // consecutive elements mostly share their set: count runs
-		if sets[i] = e.Set(); sets[i] != last {
+	for _, e := range els { // consecutive elements mostly share their set: count runs
+		if set := e.Set(); set != last {
 			if n > 0 {
 				count[last] += n
 			}
-			last, n = sets[i], 0
+			last, n = set, 0
 		}
 		n++
 	}
@@ -389,10 +388,11 @@ func orderElements(els []*nft.Packed, ix *objects) []*nft.Packed {
 		off += count[name]
 	}
 	out := make([]*nft.Packed, len(els))
-	for i, e := range els {
-		j := next[sets[i]]
+	for _, e := range els {
+		set := e.Set()
+		j := next[set]
 		out[j] = e
-		next[sets[i]] = j + 1
+		next[set] = j + 1
 	}
 	off = 0
 	for _, name := range names {
