@@ -158,6 +158,11 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 	for _, s := range p.addSets {
 		added[s.Name] = true
 	}
+	if ks.allElems && a.linked != d {
+		// A full Commit after a read-back (start-up): every desired element may be added, and
+		// growing the list by appending allocated about three times its final size.
+		p.addElems = make([]*nft.Packed, 0, len(d.elems))
+	}
 	eachElem(ks, d, a, func(id string, de *elemEntry, inD bool) {
 		if inD && (p.dropSets[de.el.Set()] || added[de.el.Set()]) {
 			return // handled with the set below
