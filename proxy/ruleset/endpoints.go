@@ -16,7 +16,7 @@ import (
 // the Service keeps the destination port. Sorted by address and port, deduplicated.
 func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 	keepPort := sp.KeepsPort()
-	eps := make([]model.Endpoint, 0, len(sp.Endpoints))
+	eps := b.endpoints(len(sp.Endpoints))
 	for _, ep := range sp.Endpoints {
 		a := ep.Addr.Unmap()
 		if !a.IsValid() || a.Is4() != (b.cfg.Family == nft.IPv4) {

@@ -47,7 +47,7 @@ func (b *Builder) Service(node *model.Node, svc *model.Service) reconciler.Fragm
 // 10k Services then builds ~230k elements without making ~70 MB of garbage of them, which set
 // how high the heap grew (the garbage collector lets the heap reach twice what is live).
 func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) reconciler.Fragment {
-	b.sc.on, b.sc.vals = true, b.sc.vals[:0]
+	b.sc.on, b.sc.vals, b.sc.eps = true, b.sc.vals[:0], b.sc.eps[:0]
 	defer func() { b.sc.on = false }()
 	f := reconciler.Fragment{Elements: b.sc.elems[:0]}
 	if svc != nil && svc.Rejected == nil {
@@ -66,7 +66,8 @@ func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) reconcile
 type scratch struct {
 	on    bool
 	elems []nft.Element
-	vals  []nft.Value // a slab the elements' keys and data are cut from
+	vals  []nft.Value      // a slab the elements' keys and data are cut from
+	eps   []model.Endpoint // a slab each port's usable endpoints are cut from
 }
 
 // scratchSlab is how many values one scratch slab holds (128 KiB): a Service's slots take ten
@@ -86,6 +87,21 @@ func (b *Builder) values(n int) []nft.Value {
 	l := len(b.sc.vals)
 	b.sc.vals = b.sc.vals[:l+n]
 	return b.sc.vals[l : l : l+n]
+}
+
+// endpoints returns an empty slice with room for n endpoints, for a port's usable endpoints:
+// cut from the scratch slab in ServiceScratch (they are read while the port is built, never
+// kept in its fragment), new otherwise.
+func (b *Builder) endpoints(n int) []model.Endpoint {
+	if !b.sc.on {
+		return make([]model.Endpoint, 0, n)
+	}
+	if len(b.sc.eps)+n > cap(b.sc.eps) {
+		b.sc.eps = make([]model.Endpoint, 0, max(scratchSlab/4, n))
+	}
+	l := len(b.sc.eps)
+	b.sc.eps = b.sc.eps[:l+n]
+	return b.sc.eps[l : l : l+n]
 }
 
 // portKey is the dispatch key of a ServicePort on one address: "addr . proto . port", with an
