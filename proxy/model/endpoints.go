@@ -30,8 +30,9 @@ type EndpointSlice struct {
 	// Endpoints are those whose first address parses as an AddressType address (only the first
 	// address is used, as upstream does), one per address (a ready copy wins over a not-ready
 	// one, as an endpoint may briefly be listed twice), sorted by address. Their Port is the
-	// slice's one port number when it lists exactly one port with a valid number, else 0, so
-	// that a ServicePort resolving to that port serves this very array (see forPort).
+	// number of the slice's first port (0 when it has none or no valid number), so that the
+	// ServicePort resolving to that port, most often the only one, serves this very array (see
+	// forPort).
 	Endpoints []Endpoint
 	// Skipped is how many endpoints were left out because their first address does not parse
 	// or is of another family; the conversion warns about them.
@@ -90,7 +91,7 @@ func ParseEndpointSlice(s *discoveryv1.EndpointSlice) *EndpointSlice {
 		return out
 	}
 	var port uint16
-	if len(out.Ports) == 1 && out.Ports[0].Port <= annotation.MaxPort {
+	if len(out.Ports) > 0 && out.Ports[0].Port <= annotation.MaxPort {
 		port = uint16(out.Ports[0].Port)
 	}
 	eps := make([]Endpoint, 0, len(s.Endpoints))
