@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -108,10 +109,6 @@ type claimIndex map[claimKey]*claimants
 // claimants are the Services claiming ports at one key. Most keys (a Service's own cluster IP)
 // have one; the node ports of a protocol have thousands. The first few are kept in a slice: a
 // map per key cost ~500 bytes, ~9 MB of a 10k-Service model.
-//
-// Each Service is listed with all its claims, those at other keys included (callers match
-// claims with overlaps, which compares keys): the index shares the Service's own list, which is
-// never modified, instead of copying its claims key by key (~1.8 MB at 10k Services).
 type claimants struct {
 	few  []serviceClaims        // while at most fewClaimants Services claim the key
 	many map[ServiceKey][]claim // once more do
@@ -124,16 +121,18 @@ type serviceClaims struct {
 
 const fewClaimants = 4
 
-// add lists svc with its claims, unless it is listed already.
+// add lists claims, svc's claims at the key, after those listed already.
 func (cl *claimants) add(svc ServiceKey, claims []claim) {
 	if cl.many != nil {
-		if _, ok := cl.many[svc]; !ok {
-			cl.many[svc] = claims
+		if have, ok := cl.many[svc]; ok {
+			claims = append(slices.Clip(have), claims...) // never into the Service's own list
 		}
+		cl.many[svc] = claims
 		return
 	}
 	for i := range cl.few {
 		if cl.few[i].svc == svc {
+			cl.few[i].claims = append(slices.Clip(cl.few[i].claims), claims...)
 			return
 		}
 	}
@@ -164,7 +163,7 @@ func (cl *claimants) remove(svc ServiceKey) bool {
 	return len(cl.few) == 0
 }
 
-// each calls fn for every Service at the key with all its claims (see claimants).
+// each calls fn for every Service and its claims at the key.
 func (cl *claimants) each(fn func(ServiceKey, []claim)) {
 	if cl == nil {
 		return
@@ -180,15 +179,34 @@ func (cl *claimants) each(fn func(ServiceKey, []claim)) {
 	}
 }
 
-// add indexes claims, the whole list of svc's claims, which must not be modified afterwards.
+// add indexes claims, svc's claims, which must not be modified afterwards: where the claims at
+// one key are consecutive in the list, the most common case by far (one claim at the key), the
+// index holds that part of the list itself rather than a copy (copies took ~1.8 MB at 10k
+// Services).
 func (ix claimIndex) add(svc ServiceKey, claims []claim) {
-	for _, c := range claims {
+	for i, c := range claims {
+		if slices.ContainsFunc(claims[:i], func(o claim) bool { return o.key == c.key }) {
+			continue // added with the first claim at the key
+		}
+		j := i + 1
+		for j < len(claims) && claims[j].key == c.key {
+			j++
+		}
+		at := claims[i:j:j]
+		if slices.ContainsFunc(claims[j:], func(o claim) bool { return o.key == c.key }) {
+			at = slices.Clone(at)
+			for _, o := range claims[j:] {
+				if o.key == c.key {
+					at = append(at, o)
+				}
+			}
+		}
 		cl := ix[c.key]
 		if cl == nil {
 			cl = &claimants{}
 			ix[c.key] = cl
 		}
-		cl.add(svc, claims)
+		cl.add(svc, at)
 	}
 }
 
