@@ -127,8 +127,10 @@ func ParseEndpointSlice(s *discoveryv1.EndpointSlice) *EndpointSlice {
 	return out
 }
 
-// intern returns the one shared copy of s: node names, zones and port names repeat across
-// thousands of endpoints.
+// intern returns unique.Make's canonical copy of s: node names, zones and port names repeat
+// across thousands of endpoints, which then share a few copies instead of holding one each.
+// unique holds its copies weakly (we keep the string, not the handle), so after a GC the same
+// string may get a new copy: a few per GC cycle, still not one per endpoint.
 func intern(s string) string {
 	if s == "" {
 		return ""
