@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
+	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 const (
@@ -60,7 +60,7 @@ func TestCacheReusesSettledFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := load()
-	if got := changed.EndpointSlices[0].Endpoints[0].Addresses[0]; got != "198.18.128.12" {
+	if got := changed.EndpointSlices[0].Endpoints[0].Addr.String(); got != "198.18.128.12" {
 		t.Errorf("after the file changed: endpoint %s, want 198.18.128.12", got)
 	}
 	if len(changed.Services) != 1 || len(cache.files) != 1 {
@@ -98,7 +98,7 @@ func TestReloadOfNamedFiles(t *testing.T) {
 	if len(errs) != 0 || len(first.EndpointSlices) != 20 {
 		t.Fatalf("full load: %v, %d slices; want 20", errs, len(first.EndpointSlices))
 	}
-	slice := func(o Objects, name string) *discoveryv1.EndpointSlice {
+	slice := func(o Objects, name string) *model.EndpointSlice {
 		for _, s := range o.EndpointSlices {
 			if s.Name == name {
 				return s
@@ -116,7 +116,7 @@ func TestReloadOfNamedFiles(t *testing.T) {
 	if len(errs) != 0 || cache.decoded != 2 {
 		t.Fatalf("reload of 3 named files: %v, %d decoded; want no error and 2 decoded (one named file is gone)", errs, cache.decoded)
 	}
-	if got := slice(next, "web-07").Endpoints[0].Addresses[0]; got != "198.18.128.77" {
+	if got := slice(next, "web-07").Endpoints[0].Addr.String(); got != "198.18.128.77" {
 		t.Errorf("changed file: endpoint %s, want 198.18.128.77", got)
 	}
 	if slice(next, "web-03") != nil || next.EndpointSlices[0].Name != "web-new" || len(next.EndpointSlices) != 20 {

@@ -135,7 +135,7 @@ func TestEndpointAddresses(t *testing.T) {
 				t.Fatalf("errors = %v, %d slices; want the slice loaded", errs, len(objs.EndpointSlices))
 			}
 			eps := objs.EndpointSlices[0].Endpoints
-			if len(eps) != 1 || eps[0].Addresses[0] != good {
+			if len(eps) != 1 || eps[0].Addr.String() != good {
 				t.Fatalf("endpoints = %+v; want only %s kept", eps, good)
 			}
 			if len(objs.Invalid) != 1 || objs.Invalid[0].Endpoint != 0 || !strings.Contains(objs.Invalid[0].Error(), tc.problem) ||

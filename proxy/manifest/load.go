@@ -49,8 +49,11 @@ import (
 
 // Objects is everything loaded from a directory, in file order.
 type Objects struct {
-	Services       []*corev1.Service
-	EndpointSlices []*discoveryv1.EndpointSlice
+	Services []*corev1.Service
+	// EndpointSlices are kept as the model reads them, parsed as they are decoded: the decoded
+	// API objects took three times the memory (~30 MB at 10,000 slices of 10 endpoints) and
+	// nothing else reads them.
+	EndpointSlices []*model.EndpointSlice
 	Nodes          []*corev1.Node
 	// Refused are Services the API server would refuse, each with its rejection; they are fed
 	// to the Tracker as rejected (Tracker.RejectService), so they show up like any rejection.
@@ -161,9 +164,10 @@ func newDecoder() runtime.Decoder {
 // DefaultMaxFileBytes is the default per-file size limit: 32 MiB. 10,000 Services with one
 // EndpointSlice each take 7.3 MB of YAML in one file with one endpoint per slice and 16 MB with
 // ten (bench/workload's mix), so realistic files fit twice over, while a runaway file cannot
-// make the daemon decode hundreds of megabytes. Documents are decoded as they are read: the
-// 16 MB JSON file (bench/cmd/manifests) peaks at 65 MB of heap and keeps 46 MB of objects;
-// YAML documents cost more, as they go through the YAML parser first.
+// make the daemon decode hundreds of megabytes. Documents are decoded as they are read, and
+// EndpointSlices kept parsed: loading the 16 MB JSON file (bench/cmd/manifests) peaks at 41 MB
+// of heap and keeps 22 MB of objects (half of it the parsed slices, most of the rest the
+// Services); YAML documents cost more, as they go through the YAML parser first.
 const DefaultMaxFileBytes = 32 << 20
 
 // MaxListDepth is how deeply Lists may nest: a List may hold Lists, which may hold Lists, and
@@ -473,7 +477,6 @@ func decodeDocument(dec runtime.Decoder, doc []byte, file string, index, depth i
 		out.addService(o, file, index)
 	case *discoveryv1.EndpointSlice:
 		defaultEndpointSlice(o)
-		compactSlice(o)
 		out.addSlice(o, file, index)
 	case *corev1.Node:
 		if errs := validateNode(o); len(errs) > 0 {
@@ -504,7 +507,8 @@ func (o *Objects) addService(s *corev1.Service, file string, doc int) {
 	o.Services = append(o.Services, s)
 }
 
-// addSlice keeps a valid EndpointSlice without its unusable endpoints, or records it as invalid.
+// addSlice keeps a valid EndpointSlice without its unusable endpoints, parsed for the model, or
+// records it as invalid.
 func (o *Objects) addSlice(s *discoveryv1.EndpointSlice, file string, doc int) {
 	ref := Ref{"EndpointSlice", s.Namespace, s.Name}
 	if errs := validateSliceMeta(s); len(errs) > 0 {
@@ -519,16 +523,6 @@ func (o *Objects) addSlice(s *discoveryv1.EndpointSlice, file string, doc int) {
 		}
 		kept = append(kept, s.Endpoints[i])
 	}
-	clear(s.Endpoints[len(kept):])
 	s.Endpoints = kept
-	o.EndpointSlices = append(o.EndpointSlices, s)
-}
-
-// compactSlice gives a decoded slice's endpoints an array of their own size: the decoder grows
-// arrays by doubling (room for 16 of 10 endpoints), and the objects are kept until the next
-// reload (the cache, the tracker), ~6 MB at 10k EndpointSlices of 10 endpoints.
-func compactSlice(s *discoveryv1.EndpointSlice) {
-	if cap(s.Endpoints) > len(s.Endpoints) {
-		s.Endpoints = append([]discoveryv1.Endpoint(nil), s.Endpoints...)
-	}
+	o.EndpointSlices = append(o.EndpointSlices, model.ParseEndpointSlice(s))
 }

@@ -152,7 +152,7 @@ func TestLoad(t *testing.T) {
 			{"protocol", web.Spec.Ports[0].Protocol, corev1.ProtocolTCP},
 			{"targetPort", web.Spec.Ports[0].TargetPort, intstr.FromInt32(80)},
 			{"explicit targetPort kept", dns.Spec.Ports[0].TargetPort, intstr.FromInt32(5353)},
-			{"slice port protocol", *objs.EndpointSlices[0].Ports[0].Protocol, corev1.ProtocolTCP},
+			{"slice port protocol", objs.EndpointSlices[0].Ports[0].Protocol, model.TCP},
 		}
 		for _, c := range checks {
 			if !reflect.DeepEqual(c.got, c.want) {

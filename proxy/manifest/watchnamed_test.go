@@ -79,7 +79,7 @@ func TestWatchReloadsNamedFilesOnly(t *testing.T) {
 	}
 	o := nextLoad(t, loads, "rewrite")
 	for _, s := range o.EndpointSlices {
-		if s.Name == "web-11" && s.Endpoints[0].Addresses[0] != "198.18.128.99" {
+		if s.Name == "web-11" && s.Endpoints[0].Addr.String() != "198.18.128.99" {
 			t.Errorf("web-11 after its rewrite: %v", s.Endpoints)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 )
@@ -60,6 +61,41 @@ func TestClaimIndex(t *testing.T) {
 				t.Errorf("after every Service left, %d keys remain", len(ix))
 			}
 		})
+	}
+}
+
+// TestClaimIndexShares: a key lists exactly the claims a Service makes there, in their order,
+// whether they are consecutive in the Service's list (then the index holds that part of the
+// list itself) or not (then a copy), and never writes into the Service's list.
+func TestClaimIndexShares(t *testing.T) {
+	a := claimKey{netip.MustParseAddr("198.19.0.1"), TCP}
+	b := claimKey{netip.MustParseAddr("198.19.0.2"), TCP}
+	svc := ServiceKey{Namespace: "ns", Name: "s"}
+	claims := []claim{{key: a, lo: 80, hi: 80}, {key: b, lo: 81, hi: 81}, {key: b, lo: 82, hi: 82}, {key: a, lo: 83, hi: 83}}
+	orig := slices.Clone(claims)
+	ix := claimIndex{}
+	ix.add(svc, claims)
+	at := func(k claimKey) []claim {
+		var out []claim
+		ix[k].each(func(s ServiceKey, cs []claim) {
+			if s == svc {
+				out = cs
+			}
+		})
+		return out
+	}
+	if got, want := at(a), []claim{claims[0], claims[3]}; !reflect.DeepEqual(got, want) {
+		t.Errorf("claims at a: %v, want %v", got, want)
+	}
+	if got := at(b); !reflect.DeepEqual(got, claims[1:3]) || &got[0] != &claims[1] {
+		t.Errorf("claims at b: %v (shared: %v), want %v, shared", got, len(got) > 0 && &got[0] == &claims[1], claims[1:3])
+	}
+	ix.add(svc, []claim{{key: b, lo: 90, hi: 90}})
+	if got := at(b); len(got) != 3 || got[2].lo != 90 {
+		t.Errorf("claims at b after another add: %v, want 81, 82, 90", got)
+	}
+	if !reflect.DeepEqual(claims, orig) {
+		t.Errorf("the Service's list became %v, want %v (written to)", claims, orig)
 	}
 }
 

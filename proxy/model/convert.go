@@ -58,6 +58,15 @@ func HandlesService(labels map[string]string, proxyName string) bool {
 // annotations. Slices of other Services are ignored. It does not look at other Services:
 // cross-service conflicts are the Tracker's job.
 func FromService(svc *corev1.Service, slices []*discoveryv1.EndpointSlice) Conversion {
+	parsed := make([]*EndpointSlice, len(slices))
+	for i, s := range slices {
+		parsed[i] = ParseEndpointSlice(s)
+	}
+	return fromService(svc, parsed)
+}
+
+// fromService is FromService with the slices parsed already (the Tracker keeps them so).
+func fromService(svc *corev1.Service, slices []*EndpointSlice) Conversion {
 	if svc == nil {
 		return Conversion{Ignored: IgnoredNil}
 	}

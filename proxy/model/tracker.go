@@ -3,7 +3,9 @@ package model
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,11 +47,13 @@ type Tracker struct {
 	mu       sync.Mutex
 
 	services map[ServiceKey]*trackedService
-	slices   map[ServiceKey]map[string]*discoveryv1.EndpointSlice // by owner, then slice name
-	owners   map[ServiceKey]ServiceKey                            // slice ns/name -> owner
-	claims   claimIndex
-	node     *corev1.Node
-	nodeMdl  *Node
+	// slices are the owned EndpointSlices by owner, each owner's in name order; byID holds
+	// them by their own namespace/name. Slices without an owner are not kept.
+	slices  map[ServiceKey][]*EndpointSlice
+	byID    map[ServiceKey]*EndpointSlice
+	claims  claimIndex
+	node    *corev1.Node
+	nodeMdl *Node
 	// local are the addresses the kernel holds in nftproxy's network namespace
 	// (SetLocalAddresses); nodeAddrs is their union with the Node object's addresses.
 	local     []netip.Addr
@@ -92,8 +96,8 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 	return &Tracker{
 		cfg:      cfg,
 		services: map[ServiceKey]*trackedService{},
-		slices:   map[ServiceKey]map[string]*discoveryv1.EndpointSlice{},
-		owners:   map[ServiceKey]ServiceKey{},
+		slices:   map[ServiceKey][]*EndpointSlice{},
+		byID:     map[ServiceKey]*EndpointSlice{},
 		claims:   claimIndex{},
 		changed:  map[ServiceKey]bool{},
 		byAddr:   map[netip.Addr]*keySet{},
@@ -172,43 +176,45 @@ func (t *Tracker) DeleteService(key ServiceKey) {
 // UpsertEndpointSlice adds or replaces an EndpointSlice. Slices without the
 // kubernetes.io/service-name label belong to no Service and are dropped.
 func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
+	t.UpsertParsedEndpointSlice(ParseEndpointSlice(s))
+}
+
+// UpsertParsedEndpointSlice is UpsertEndpointSlice for a slice its source parsed already
+// (manifest mode parses each slice as it decodes it and keeps only the parsed form). The
+// Tracker keeps s; s must not be modified afterwards. An update that equals the slice held,
+// as the model reads it, changes nothing (as kube-proxy compares its own parsed slices).
+func (t *Tracker) UpsertParsedEndpointSlice(s *EndpointSlice) {
 	if s == nil {
 		return
 	}
 	id := ServiceKey{Namespace: s.Namespace, Name: s.Name}
-	counted := countedSlice(s)
+	counted := s.counted()
 	t.update(func() []rejectionEvent {
 		var affected []ServiceKey
-		oldOwner, hadOld := t.owners[id]
+		old, hadOld := t.byID[id]
 		if hadOld {
-			old := t.slices[oldOwner][s.Name]
-			if equality.Semantic.DeepEqual(old, s) {
+			if old == s || old.equal(s) {
 				if counted {
 					t.counts.countSlice(false)
 				}
 				return nil
 			}
-			t.removeSlice(id, oldOwner)
-			affected = append(affected, oldOwner)
+			t.removeSlice(old)
+			affected = append(affected, old.Owner)
 		}
-		if owner, ok := OwnerOf(s); ok {
-			if t.slices[owner] == nil {
-				t.slices[owner] = map[string]*discoveryv1.EndpointSlice{}
-			}
-			t.slices[owner][s.Name] = s
-			t.owners[id] = owner
-			if !hadOld || owner != oldOwner {
-				affected = append(affected, owner)
+		if s.Owned {
+			t.addSlice(s)
+			if !hadOld || s.Owner != old.Owner {
+				affected = append(affected, s.Owner)
 			}
 		}
 		if counted {
 			t.counts.countSlice(true)
 		}
-		owner, owned := OwnerOf(s)
-		before := t.published(owner)
+		before := t.published(s.Owner)
 		events := t.recompute(affected)
-		if owned && t.published(owner) != before {
-			t.latency.triggered(owner, s) // this update changed the model
+		if s.Owned && t.published(s.Owner) != before {
+			t.latency.triggered(s.Owner, s.TriggerTime) // this update changed the model
 		}
 		return events
 	})
@@ -218,25 +224,35 @@ func (t *Tracker) UpsertEndpointSlice(s *discoveryv1.EndpointSlice) {
 func (t *Tracker) DeleteEndpointSlice(namespace, name string) {
 	id := ServiceKey{Namespace: namespace, Name: name}
 	t.update(func() []rejectionEvent {
-		owner, ok := t.owners[id]
+		old, ok := t.byID[id]
 		if !ok {
 			return nil
 		}
-		if countedSlice(t.slices[owner][name]) {
+		if old.counted() {
 			t.counts.countSlice(true)
 		}
-		t.removeSlice(id, owner)
-		t.latency.sliceDeleted(owner)
-		return t.recompute([]ServiceKey{owner})
+		t.removeSlice(old)
+		t.latency.sliceDeleted(old.Owner)
+		return t.recompute([]ServiceKey{old.Owner})
 	})
 }
 
-func (t *Tracker) removeSlice(id, owner ServiceKey) {
-	delete(t.slices[owner], id.Name)
-	if len(t.slices[owner]) == 0 {
-		delete(t.slices, owner)
+// addSlice records an owned slice, keeping its owner's slices in name order.
+func (t *Tracker) addSlice(s *EndpointSlice) {
+	list := t.slices[s.Owner]
+	i, _ := slices.BinarySearchFunc(list, s.Name, func(e *EndpointSlice, name string) int { return strings.Compare(e.Name, name) })
+	t.slices[s.Owner] = slices.Insert(list, i, s)
+	t.byID[ServiceKey{Namespace: s.Namespace, Name: s.Name}] = s
+}
+
+func (t *Tracker) removeSlice(s *EndpointSlice) {
+	list := slices.DeleteFunc(t.slices[s.Owner], func(e *EndpointSlice) bool { return e == s })
+	if len(list) == 0 {
+		delete(t.slices, s.Owner)
+	} else {
+		t.slices[s.Owner] = list
 	}
-	delete(t.owners, id)
+	delete(t.byID, ServiceKey{Namespace: s.Namespace, Name: s.Name})
 }
 
 // UpsertNode records the node nftproxy runs on (others are ignored, see TrackerConfig.NodeName).
@@ -361,11 +377,7 @@ func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 		t.indexAddrs(key, ts, nil)
 		return
 	}
-	slices := make([]*discoveryv1.EndpointSlice, 0, len(t.slices[key]))
-	for _, s := range t.slices[key] {
-		slices = append(slices, s)
-	}
-	conv := FromService(ts.obj, slices)
+	conv := fromService(ts.obj, t.slices[key])
 	ts.created = ts.obj.CreationTimestamp.Time
 	t.indexAddrs(key, ts, addressesOf(conv.Service))
 	ts.base = guardService(conv.Service, t.nodeAddrs, &t.cfg.Guard)

@@ -1,7 +1,5 @@
 package model
 
-import discoveryv1 "k8s.io/api/discovery/v1"
-
 // ChangeCounts are the Service and EndpointSlice events a Tracker has received, counted as
 // kube-proxy's change trackers count them, so that its kubeproxy_sync_proxy_rules_service_changes_*
 // and _endpoint_changes_* metrics (and the dashboards and alerts built on them) mean the same
@@ -54,13 +52,6 @@ func (c *changeCounter) countSlice(changed bool) {
 func (c *changeCounter) taken() {
 	c.pendingServices = nil
 	c.pendingSlices = 0
-}
-
-// countedSlice reports whether kube-proxy counts events of s: slices of a Service, of the
-// address families it programs (FQDN slices are ignored as they are by the model).
-func countedSlice(s *discoveryv1.EndpointSlice) bool {
-	_, owned := OwnerOf(s)
-	return owned && (s.AddressType == discoveryv1.AddressTypeIPv4 || s.AddressType == discoveryv1.AddressTypeIPv6)
 }
 
 // ChangeCounts returns the Service and EndpointSlice events received so far and those not yet

@@ -1,11 +1,6 @@
 package model
 
-import (
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-)
+import "time"
 
 // latencyStarts records, for each Service with a pending change, when that change started:
 // the trigger times of the EndpointSlice updates that changed it, and when the Tracker first
@@ -30,15 +25,11 @@ func (l *latencyStarts) received(key ServiceKey, now func() time.Time) {
 	}
 }
 
-// triggered records the trigger time of s, an update that changed its owner key. A slice
-// without the annotation, with one that does not parse, or older than the Tracker adds nothing.
-func (l *latencyStarts) triggered(key ServiceKey, s *discoveryv1.EndpointSlice) {
-	v, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]
-	if !ok {
-		return
-	}
-	at, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil || !at.After(l.since) {
+// triggered records at, the trigger time of an update that changed key. A slice without the
+// annotation or with one that does not parse (a zero at), or older than the Tracker, adds
+// nothing.
+func (l *latencyStarts) triggered(key ServiceKey, at time.Time) {
+	if !at.After(l.since) {
 		return
 	}
 	l.triggers[key] = append(l.triggers[key], at)
