@@ -31,9 +31,7 @@ func (ix *appliedIndex) link(d *desiredIndex) {
 	if ix.linked == d {
 		return
 	}
-	for _, e := range d.elems {
-		e.applied = false
-	}
+	d.elems.each(func(e *elemEntry) { e.applied = false })
 	ix.linked = d
 }
 
@@ -42,7 +40,7 @@ func (ix *appliedIndex) marked(id string) (*elemEntry, bool) {
 	if ix.linked == nil {
 		return nil, false
 	}
-	e, ok := ix.linked.elems[id]
+	e, ok := ix.linked.elems.get(id)
 	return e, ok && e.applied
 }
 
@@ -62,11 +60,11 @@ func (ix *appliedIndex) each(fn func(id string, el *nft.Packed)) {
 		fn(id, el)
 	}
 	if ix.linked != nil {
-		for id, e := range ix.linked.elems {
+		ix.linked.elems.each(func(e *elemEntry) {
 			if e.applied {
-				fn(id, &e.el)
+				fn(e.id(), &e.el)
 			}
-		}
+		})
 	}
 }
 

@@ -41,16 +41,14 @@ func allKeys(ixs ...*objects) keys {
 func eachElem(ks keys, d *desiredIndex, a *appliedIndex, fn func(id string, de *elemEntry, inD bool)) {
 	if !ks.allElems {
 		for id := range ks.elems {
-			de, ok := d.elems[id]
+			de, ok := d.elems.get(id)
 			fn(id, de, ok)
 		}
 		return
 	}
-	for id, de := range d.elems {
-		fn(id, de, true)
-	}
+	d.elems.each(func(de *elemEntry) { fn(de.id(), de, true) })
 	onlyA := func(id string, _ *nft.Packed) {
-		if _, ok := d.elems[id]; !ok {
+		if _, ok := d.elems.get(id); !ok {
 			fn(id, nil, false)
 		}
 	}
@@ -161,7 +159,7 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 	if ks.allElems && a.linked != d {
 		// A full Commit after a read-back (start-up): every desired element may be added, and
 		// growing the list by appending allocated about three times its final size.
-		p.addElems = make([]*nft.Packed, 0, len(d.elems))
+		p.addElems = make([]*nft.Packed, 0, d.elems.len())
 	}
 	eachElem(ks, d, a, func(id string, de *elemEntry, inD bool) {
 		if inD && (p.dropSets[de.el.Set()] || added[de.el.Set()]) {

@@ -47,7 +47,7 @@ type objects struct {
 // desiredIndex is one table's objects and elements as the owners want them.
 type desiredIndex struct {
 	objects
-	elems map[string]*elemEntry // by ElementID
+	elems elemIndex // by ElementID
 	// perSet counts the elements of each set (a second map of every element's ID cost as much
 	// as the index itself: the few lookups by set scan elems, see eachInSets).
 	perSet map[string]int
@@ -58,7 +58,7 @@ func newObjects() objects {
 }
 
 func newDesiredIndex() *desiredIndex {
-	return &desiredIndex{objects: newObjects(), elems: map[string]*elemEntry{}, perSet: map[string]int{}}
+	return &desiredIndex{objects: newObjects(), elems: newElemIndex(), perSet: map[string]int{}}
 }
 
 func (ix *objects) putChain(c *ChainDef) {
@@ -96,12 +96,11 @@ func (ix *objects) isDynamic(set string) bool {
 	return ok && s.Dynamic
 }
 
-// putElem adds the entry of a new id (Set changes an existing entry itself).
-func (ix *desiredIndex) putElem(id string, e *elemEntry) {
-	if _, ok := ix.elems[id]; !ok {
+// putElem adds the entry of a new ID (Set changes an existing entry itself).
+func (ix *desiredIndex) putElem(e *elemEntry) {
+	if ix.elems.put(e) {
 		ix.perSet[e.el.Set()]++
 	}
-	ix.elems[id] = e
 }
 
 // eachInSets calls fn for every element of the named sets: one scan of the index, and none
@@ -110,17 +109,17 @@ func (ix *desiredIndex) eachInSets(sets map[string]bool, fn func(id string, e *e
 	if !anyCounted(ix.perSet, sets) {
 		return
 	}
-	for id, e := range ix.elems {
+	ix.elems.each(func(e *elemEntry) {
 		if sets[e.el.Set()] {
-			fn(id, e)
+			fn(e.id(), e)
 		}
-	}
+	})
 }
 
 func (ix *desiredIndex) delElem(id string) {
-	if cur, ok := ix.elems[id]; ok {
+	if cur, ok := ix.elems.get(id); ok {
 		countDown(ix.perSet, cur.el.Set())
-		delete(ix.elems, id)
+		ix.elems.del(id)
 	}
 }
 
@@ -162,7 +161,7 @@ func (ix *desiredIndex) counts() (chains, rules, sets, elems int) {
 	for _, c := range ix.chains {
 		rules += len(c.Rules)
 	}
-	return len(ix.chains), rules, len(ix.sets), len(ix.elems)
+	return len(ix.chains), rules, len(ix.sets), ix.elems.len()
 }
 
 func sameChain(a, b *nft.Chain) bool { return reflect.DeepEqual(a.Base, b.Base) }

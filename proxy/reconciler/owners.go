@@ -145,7 +145,7 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 			} else {
 				id = ElementID(o.(*nft.Element))
 			}
-			if _, ok := tb.desired.elems[id]; !ok {
+			if _, ok := tb.desired.elems.get(id); !ok {
 				continue
 			}
 			if elems[tb] == nil {

@@ -166,12 +166,12 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 	for i := range f.Elements {
 		var n int
 		r.buf, n = nft.AppendPacked(r.buf[:0], &f.Elements[i])
-		if cur, ok := d.elems[string(r.buf[:n])]; ok {
+		if cur, ok := d.elems.getBytes(r.buf[:n]); ok {
 			cur.refs++
 			if cur.el.String() != string(r.buf) {
 				tb.letGo(cur.id(), cur)
 				cur = cur.replace(nft.PackedFrom(r.buf, n))
-				d.elems[cur.id()] = cur // the key now shares the new packing's bytes
+				d.elems.put(cur)
 				if track {
 					tb.dirty.elems[cur.id()] = true
 				}
@@ -181,14 +181,14 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		}
 		cur := &elemEntry{el: nft.PackedFrom(r.buf, n), refs: 1}
 		rec.elems = append(rec.elems, cur)
-		d.putElem(cur.id(), cur)
+		d.putElem(cur)
 		if track {
 			tb.dirty.elems[cur.id()] = true
 		}
 	}
 	for _, oe := range old.elems {
 		id := oe.id()
-		if cur, ok := d.elems[id]; ok {
+		if cur, ok := d.elems.get(id); ok {
 			if cur.refs--; cur.refs <= 0 {
 				tb.letGo(id, cur)
 				d.delElem(id)
