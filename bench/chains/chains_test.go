@@ -27,8 +27,8 @@ func TestTransform(t *testing.T) {
 		Name: model.PortName{Service: model.ServiceKey{Namespace: "x", Name: "local"}, Port: "http", Protocol: model.TCP},
 		Port: 80, PortEnd: 80, TargetPort: 8080, NodePort: 32000, ExternalTrafficLocal: true,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("198.19.200.1")},
-		Endpoints: []model.Endpoint{{Addr: netip.MustParseAddr("198.18.200.1"), Port: 8080, Ready: true, NodeName: w.Node.Name},
-			{Addr: netip.MustParseAddr("198.18.200.2"), Port: 8080, Ready: true, NodeName: "other"}},
+		Endpoints: []model.Endpoint{model.Endpoint{Addr: netip.MustParseAddr("198.18.200.1"), Port: 8080, Ready: true}.At(w.Node.Name, ""),
+			model.Endpoint{Addr: netip.MustParseAddr("198.18.200.2"), Port: 8080, Ready: true}.At("other", "")},
 	}}}
 	services := append(append([]*model.Service(nil), w.Services...), local)
 	out := Transform(b.Ruleset(w.Node, services), 0x4000)

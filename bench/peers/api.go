@@ -132,6 +132,6 @@ func ProbeService(name string, clusterIP, endpoint netip.Addr) *model.Service {
 	return &model.Service{Key: key, Ports: []model.ServicePort{{
 		Name: model.PortName{Service: key, Port: "http", Protocol: model.TCP}, ClusterIPs: []netip.Addr{clusterIP},
 		Port: 80, PortEnd: 80, TargetPort: 8080,
-		Endpoints: []model.Endpoint{{Addr: endpoint, Port: 8080, Ready: true, Serving: true, NodeName: "node-0"}},
+		Endpoints: []model.Endpoint{model.Endpoint{Addr: endpoint, Port: 8080, Ready: true, Serving: true}.At("node-0", "")},
 	}}}
 }

@@ -57,10 +57,10 @@ func MeasureRanges(ctx context.Context, services, runs, connects int) ([]RangeCo
 	key := model.ServiceKey{Namespace: "bench-range", Name: "rtp"}
 	single := model.ServicePort{Name: model.PortName{Service: key, Port: "p", Protocol: model.TCP}, ClusterIPs: []netip.Addr{vip},
 		Port: probe.ServerPort, PortEnd: probe.ServerPort, TargetPort: probe.ServerPort,
-		Endpoints: []model.Endpoint{{Addr: netip.MustParseAddr("198.18.15.5"), Port: probe.ServerPort, Ready: true, Serving: true, NodeName: "n"}}}
+		Endpoints: []model.Endpoint{model.Endpoint{Addr: netip.MustParseAddr("198.18.15.5"), Port: probe.ServerPort, Ready: true, Serving: true}.At("n", "")}}
 	wide := single
 	wide.Port, wide.PortEnd, wide.TargetPort = 1024, 1024+rangeWidth-1, 0
-	wide.Endpoints = []model.Endpoint{{Addr: netip.MustParseAddr("198.18.15.5"), Ready: true, Serving: true, NodeName: "n"}}
+	wide.Endpoints = []model.Endpoint{model.Endpoint{Addr: netip.MustParseAddr("198.18.15.5"), Ready: true, Serving: true}.At("n", "")}
 	var out []RangeCost
 	for _, c := range []struct {
 		kind string

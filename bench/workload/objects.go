@@ -70,7 +70,7 @@ func Fixture(s *model.Service, trigger time.Time) fixture.Service {
 			}
 			seen[ep.Addr] = true
 			ready, serving := ep.Ready, ep.Serving
-			f.Endpoints = append(f.Endpoints, fixture.Endpoint{Addr: ep.Addr, Node: ep.NodeName, Ready: &ready, Serving: &serving})
+			f.Endpoints = append(f.Endpoints, fixture.Endpoint{Addr: ep.Addr, Node: ep.NodeName(), Ready: &ready, Serving: &serving})
 		}
 	}
 	if len(ranges) > 0 {

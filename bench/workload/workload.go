@@ -89,7 +89,7 @@ func (w *Workload) newService(i int) *model.Service {
 		out := make([]model.Endpoint, w.Spec.Endpoints)
 		for j := range out {
 			out[j] = model.Endpoint{Addr: addrAt(podBase, (i*w.Spec.Endpoints+j)%podPool), Port: port,
-				Ready: true, Serving: true, NodeName: fmt.Sprintf("node-%d", j%20)}
+				Ready: true, Serving: true}.At(fmt.Sprintf("node-%d", j%20), "")
 		}
 		return out
 	}

@@ -32,7 +32,7 @@ func port(ns, name, pname string, p uint16, eps ...string) model.ServicePort {
 	sp := model.ServicePort{Name: model.PortName{Service: model.ServiceKey{Namespace: ns, Name: name}, Port: pname, Protocol: model.TCP},
 		Port: p, PortEnd: p, TargetPort: 8080}
 	for _, e := range eps {
-		sp.Endpoints = append(sp.Endpoints, model.Endpoint{Addr: a(e), Port: 8080, Ready: true, Serving: true, NodeName: "node-a"})
+		sp.Endpoints = append(sp.Endpoints, model.Endpoint{Addr: a(e), Port: 8080, Ready: true, Serving: true}.At("node-a", ""))
 	}
 	return sp
 }

@@ -346,7 +346,7 @@ func ChecksFromSnapshot(snap model.Snapshot, nodeName string) map[model.ServiceK
 			}
 			port = sp.HealthCheckNodePort
 			for _, ep := range sp.Endpoints {
-				if !ep.Ready || ep.Terminating || nodeName == "" || ep.NodeName != nodeName {
+				if !ep.Ready || ep.Terminating || nodeName == "" || ep.NodeName() != nodeName {
 					continue
 				}
 				if ep.Addr.Unmap().Is4() {

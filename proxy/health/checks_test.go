@@ -221,7 +221,7 @@ func TestChecksFromSnapshot(t *testing.T) {
 	const node = "node-1"
 	ep := func(addr, nodeName string, ready, terminating bool) model.Endpoint {
 		return model.Endpoint{Addr: netip.MustParseAddr(addr), Port: 80, Ready: ready, Serving: ready || terminating,
-			Terminating: terminating, NodeName: nodeName}
+			Terminating: terminating}.At(nodeName, "")
 	}
 	port := func(name string, local bool, hc uint16, eps ...model.Endpoint) model.ServicePort {
 		return model.ServicePort{Name: model.PortName{Service: web, Port: name, Protocol: model.TCP}, Port: 80,

@@ -214,7 +214,7 @@ func TestFromServiceEndpoints(t *testing.T) {
 				epFixture{addr: "10.244.0.3", ready: ptr(false)})},
 			want: []Endpoint{
 				{Addr: addr("10.244.0.1"), Port: 8080, Serving: true, Terminating: true},
-				{Addr: addr("10.244.0.2"), Port: 8080, Ready: true, Serving: true, NodeName: "n1", Zone: "z1", ZoneHints: []string{"z1"}},
+				Endpoint{Addr: addr("10.244.0.2"), Port: 8080, Ready: true, Serving: true}.At("n1", "z1", "z1"),
 				{Addr: addr("10.244.0.3"), Port: 8080},
 			}},
 		{name: "dedup prefers ready", svc: svcFixture("a"), slices: []*discoveryv1.EndpointSlice{

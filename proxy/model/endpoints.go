@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 	"unique"
 
@@ -154,8 +155,7 @@ func (s *EndpointSlice) equal(o *EndpointSlice) bool {
 
 func endpointEqual(a, b Endpoint) bool {
 	return a.Addr == b.Addr && a.Port == b.Port && a.Ready == b.Ready && a.Serving == b.Serving &&
-		a.Terminating == b.Terminating && a.NodeName == b.NodeName && a.Zone == b.Zone &&
-		slices.Equal(a.ZoneHints, b.ZoneHints)
+		a.Terminating == b.Terminating && a.where == b.where
 }
 
 // endpointSet is every usable EndpointSlice of one Service.
@@ -221,19 +221,21 @@ func parseEndpoint(e *discoveryv1.Endpoint, family discoveryv1.AddressType) (End
 	if c.Serving != nil {
 		ep.Serving = *c.Serving
 	}
+	var t Topology
 	if e.NodeName != nil {
-		ep.NodeName = intern(*e.NodeName)
+		t.NodeName = *e.NodeName
 	}
 	if e.Zone != nil {
-		ep.Zone = intern(*e.Zone)
+		t.Zone = *e.Zone
 	}
 	if e.Hints != nil && len(e.Hints.ForZones) > 0 {
-		ep.ZoneHints = make([]string, len(e.Hints.ForZones))
+		zs := make([]string, len(e.Hints.ForZones))
 		for i, z := range e.Hints.ForZones {
-			ep.ZoneHints[i] = intern(z.Name)
+			zs[i] = z.Name
 		}
+		t.Hints = strings.Join(zs, ",")
 	}
-	return ep, true
+	return ep.in(t), true
 }
 
 // slicePort finds the port of a slice that serves sp and returns the endpoint port to use.

@@ -7,7 +7,9 @@ package model
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
+	"unique"
 )
 
 // Protocol is a Service port protocol.
@@ -64,10 +66,54 @@ type Endpoint struct {
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	NodeName    string
-	Zone        string
-	// ZoneHints are the EndpointSlice topology hints (forZones).
-	ZoneHints []string
+	// where is the endpoint's node, zone and topology hints (Where), interned: the endpoints of
+	// one node share one, and an endpoint takes 40 bytes instead of 88 (100k endpoints at 10k
+	// Services × 10). The zero Handle is "none of them".
+	where unique.Handle[Topology]
+}
+
+// Topology is where an endpoint runs, as its EndpointSlice says: its node, its zone, and the
+// zones its topology hints send it to (forZones, comma-separated: zone names hold no comma).
+type Topology struct {
+	NodeName string
+	Zone     string
+	Hints    string
+}
+
+// At returns e placed on node, in zone, with the given zone hints.
+func (e Endpoint) At(node, zone string, hints ...string) Endpoint {
+	return e.in(Topology{NodeName: node, Zone: zone, Hints: strings.Join(hints, ",")})
+}
+
+func (e Endpoint) in(t Topology) Endpoint {
+	if t == (Topology{}) {
+		e.where = unique.Handle[Topology]{}
+	} else {
+		e.where = unique.Make(t)
+	}
+	return e
+}
+
+// Where is the endpoint's node, zone and hints.
+func (e *Endpoint) Where() Topology {
+	if e.where == (unique.Handle[Topology]{}) {
+		return Topology{}
+	}
+	return e.where.Value()
+}
+
+// NodeName is the node the endpoint runs on ("" when its slice does not say).
+func (e *Endpoint) NodeName() string { return e.Where().NodeName }
+
+// Zone is the endpoint's zone ("" when its slice does not say).
+func (e *Endpoint) Zone() string { return e.Where().Zone }
+
+// ZoneHints are the zones the endpoint's topology hints name (forZones); nil without hints.
+func (e *Endpoint) ZoneHints() []string {
+	if h := e.Where().Hints; h != "" {
+		return strings.Split(h, ",")
+	}
+	return nil
 }
 
 // ServicePort is one port of a Service as nftproxy programs it, for one IP family's addresses

@@ -68,7 +68,7 @@ func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) 
 	if !p.UsesLocalEndpoints() {
 		return c
 	}
-	local := func(ep *Endpoint) bool { return nodeName != "" && ep.NodeName == nodeName }
+	local := func(ep *Endpoint) bool { return nodeName != "" && ep.NodeName() == nodeName }
 	var localReady, localTerminating bool
 	for i := range eps {
 		ep := &eps[i]
@@ -93,10 +93,10 @@ func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) 
 // topologyHinted returns the filter of same-zone endpoints when topology applies, else nil.
 func topologyHinted(p *ServicePort, eps []Endpoint, zone string) func(*Endpoint) bool {
 	hints := func(ep *Endpoint) []string {
-		if len(ep.ZoneHints) == 0 && p.PreferClose && ep.Zone != "" {
-			return []string{ep.Zone}
+		if hs := ep.ZoneHints(); len(hs) > 0 || !p.PreferClose || ep.Zone() == "" {
+			return hs
 		}
-		return ep.ZoneHints
+		return []string{ep.Zone()}
 	}
 	anyReady, forZone := false, false
 	for i := range eps {

@@ -14,8 +14,7 @@ func topoEP(n int, flags, node, zone string, hints ...string) Endpoint {
 		Addr:  netip.MustParseAddr(fmt.Sprintf("198.18.128.%d", n)),
 		Port:  8080,
 		Ready: strings.Contains(flags, "r"), Serving: strings.Contains(flags, "s"), Terminating: strings.Contains(flags, "t"),
-		NodeName: node, Zone: zone, ZoneHints: hints,
-	}
+	}.At(node, zone, hints...)
 }
 
 func epNums(eps []Endpoint) string {

@@ -37,9 +37,9 @@ func policyServices() []*model.Service {
 	zoned := &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "zoned"}, Ports: []model.ServicePort{{
 		Name: pn("default", "zoned", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs("198.19.0.21"), PreferClose: true,
 		Endpoints: []model.Endpoint{
-			{Addr: netip.MustParseAddr(pod1), Port: 8080, Ready: true, Serving: true, Zone: "z1"},
-			{Addr: netip.MustParseAddr(pod2), Port: 8080, Ready: true, Serving: true, Zone: "z2"},
-			{Addr: netip.MustParseAddr(pod3), Port: 8080, Ready: true, Serving: true, Zone: "z1"},
+			model.Endpoint{Addr: netip.MustParseAddr(pod1), Port: 8080, Ready: true, Serving: true}.At("", "z1"),
+			model.Endpoint{Addr: netip.MustParseAddr(pod2), Port: 8080, Ready: true, Serving: true}.At("", "z2"),
+			model.Endpoint{Addr: netip.MustParseAddr(pod3), Port: 8080, Ready: true, Serving: true}.At("", "z1"),
 		},
 	}}}
 	return []*model.Service{web, itp, rtp, anyp, zoned}

@@ -31,8 +31,8 @@ func TestTopologySameZone(t *testing.T) {
 	}
 	hinted := webPort(func(sp *model.ServicePort) {
 		sp.Endpoints = []model.Endpoint{
-			{Addr: netip.MustParseAddr(pod1), Port: 8080, Ready: true, Serving: true, ZoneHints: []string{"z2"}},
-			{Addr: netip.MustParseAddr(pod2), Port: 8080, Ready: true, Serving: true, ZoneHints: []string{"z1"}},
+			model.Endpoint{Addr: netip.MustParseAddr(pod1), Port: 8080, Ready: true, Serving: true}.At("", "", "z2"),
+			model.Endpoint{Addr: netip.MustParseAddr(pod2), Port: 8080, Ready: true, Serving: true}.At("", "", "z1"),
 		}
 	})
 	tr := newTracer(t, policyBuilder(t).Ruleset(zonedNode("z1"), []*model.Service{hinted}), nodeIP)

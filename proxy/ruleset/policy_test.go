@@ -23,7 +23,7 @@ const (
 func on(node string, ips ...string) []model.Endpoint {
 	eps := ready(8080, ips...)
 	for i := range eps {
-		eps[i].NodeName = node
+		eps[i] = eps[i].At(node, "")
 	}
 	return eps
 }
@@ -105,7 +105,7 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 	// A terminating local endpoint serves external traffic only while no local one is ready.
 	terminating := func(sp *model.ServicePort) {
 		etp(sp)
-		sp.Endpoints = append(on(otherNode, pod2), model.Endpoint{Addr: netip.MustParseAddr(pod1), Port: 8080, Serving: true, Terminating: true, NodeName: thisNode})
+		sp.Endpoints = append(on(otherNode, pod2), model.Endpoint{Addr: netip.MustParseAddr(pod1), Port: 8080, Serving: true, Terminating: true}.At(thisNode, ""))
 	}
 	tr = newTracer(t, policyBuilder(t).Ruleset(testNode(), []*model.Service{webPort(terminating)}), nodeIP, nodeBridge)
 	runTraces(t, tr, []traceCase{

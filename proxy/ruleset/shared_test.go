@@ -26,7 +26,7 @@ func cluster(n int) []*model.Service {
 		var eps []model.Endpoint
 		for j := 0; j <= i%5; j++ { // 0 to 4 endpoints
 			eps = append(eps, model.Endpoint{Addr: netip.AddrFrom4([4]byte{198, 18, byte(128 + j), byte(i % 250)}), Port: 8080,
-				Ready: true, Serving: true, NodeName: []string{thisNode, otherNode}[j%2]})
+				Ready: true, Serving: true}.At([]string{thisNode, otherNode}[j%2], ""))
 		}
 		eps = eps[1:]
 		sp := model.ServicePort{Name: pn("ns", fmt.Sprintf("s%d", i), "p", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080,
