@@ -38,10 +38,30 @@ type decodeElems struct {
 	chains   map[string]string // verdict chain names, shared by every element naming them
 	// pack (DumpPacked) packs each element as soon as it is decoded, into packs (the packings
 	// back to back) and ends (where each ends, and its ID's length): the values and verdict
-	// slabs are then reused by the next element, and nothing per element is allocated.
+	// slabs are then reused by the next element, and nothing per element is allocated. Every
+	// decodePackChunk bytes the packings become one string that they share (flush), so the
+	// buffer is reused rather than grown to the whole set's size and copied once more.
 	pack  bool
 	packs []byte
 	ends  []decodePackEnd
+	out   []Packed
+}
+
+// decodePackChunk is how many bytes of packings share one string.
+const decodePackChunk = 64 << 10
+
+// flush turns the packings in d.packs into Packeds sharing one string.
+func (d *decodeElems) flush() {
+	if len(d.ends) == 0 {
+		return
+	}
+	chunk := string(d.packs)
+	start := uint32(0)
+	for _, e := range d.ends {
+		d.out = append(d.out, Packed{s: chunk[start:e.end], id: e.id})
+		start = e.end
+	}
+	d.packs, d.ends = d.packs[:0], d.ends[:0]
 }
 
 // decodePackEnd is where one packed element ends in decodeElems.packs, and its ID's length.
@@ -69,17 +89,8 @@ func (k *Kernel) dumpPacked(ctx context.Context, t Table, s *Set, chains map[str
 	if err := k.decodeElements(ctx, t, d); err != nil {
 		return nil, err
 	}
-	if len(d.ends) == 0 {
-		return nil, nil
-	}
-	all := string(d.packs) // one allocation for the set's packings, which share it
-	out := make([]Packed, len(d.ends))
-	start := uint32(0)
-	for i, e := range d.ends {
-		out[i] = Packed{s: all[start:e.end], id: e.id}
-		start = e.end
-	}
-	return out, nil
+	d.flush()
+	return slices.Clip(d.out), nil
 }
 
 // decodeElements reads the elements of d's set into d.
@@ -118,6 +129,9 @@ const decodeChunk = 4096
 
 func (d *decodeElems) push(el Element) {
 	if d.pack {
+		if len(d.packs) >= decodePackChunk {
+			d.flush()
+		}
 		var id int
 		d.packs, id = AppendPacked(d.packs, &el)
 		d.ends = append(d.ends, decodePackEnd{end: uint32(len(d.packs)), id: uint32(id)})

@@ -187,3 +187,21 @@ func packedOpsEqual(t *testing.T, k Interface, plain, packed Table) {
 		}
 	}
 }
+
+// TestKernelDumpPackedLarge: a set whose packings span several of DumpPacked's shared strings
+// reads back as Dump reads it.
+func TestKernelDumpPackedLarge(t *testing.T) {
+	k, _ := kernelTestNS(t, "nftpk-large")
+	tb := Table{Family: IPv4, Name: "large"}
+	if _, err := k.Apply(context.Background(), allocTx(tb, 20000)); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := k.Dump(context.Background(), tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rs.Elements["endpoints"]); n != 20000 {
+		t.Fatalf("Dump read %d endpoint elements, want 20000", n)
+	}
+	kernelCheckPackedDump(t, k, rs)
+}

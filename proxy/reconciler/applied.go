@@ -13,7 +13,7 @@ type appliedIndex struct {
 	objects
 	// elems are the elements held apart from the linked index's marked entries, by ElementID:
 	// an ID is in elems or a marked entry, never both.
-	elems map[string]*nft.Packed
+	elems packedIndex
 	// perSet counts the elements of each set, the marked entries included.
 	perSet map[string]int
 	// linked is the desired index whose entries marked applied are elements of this one too.
@@ -21,7 +21,7 @@ type appliedIndex struct {
 }
 
 func newAppliedIndex() *appliedIndex {
-	return &appliedIndex{objects: newObjects(), elems: map[string]*nft.Packed{}, perSet: map[string]int{}}
+	return &appliedIndex{objects: newObjects(), elems: newPackedIndex(), perSet: map[string]int{}}
 }
 
 // link makes ix the applied index of d, its marked entries ix's elements. Marks left by an
@@ -45,7 +45,7 @@ func (ix *appliedIndex) marked(id string) (*elemEntry, bool) {
 }
 
 func (ix *appliedIndex) get(id string) (*nft.Packed, bool) {
-	if el, ok := ix.elems[id]; ok {
+	if el, ok := ix.elems.get(id); ok {
 		return el, true
 	}
 	if e, ok := ix.marked(id); ok {
@@ -56,13 +56,11 @@ func (ix *appliedIndex) get(id string) (*nft.Packed, bool) {
 
 // each calls fn for every element; fn may delete the element it is given.
 func (ix *appliedIndex) each(fn func(id string, el *nft.Packed)) {
-	for id, el := range ix.elems {
-		fn(id, el)
-	}
+	ix.elems.each(func(el *nft.Packed) { fn(el.ID(), el) })
 	if ix.linked != nil {
 		ix.linked.elems.each(func(e *elemEntry) {
 			if e.applied {
-				fn(e.id(), &e.el)
+				fn(e.ID(), &e.el)
 			}
 		})
 	}
@@ -70,14 +68,14 @@ func (ix *appliedIndex) each(fn func(id string, el *nft.Packed)) {
 
 // put sets the element of id. el must not change afterwards.
 func (ix *appliedIndex) put(id string, el *nft.Packed) {
-	_, had := ix.elems[id]
+	_, had := ix.elems.get(id)
 	if e, ok := ix.marked(id); ok {
 		e.applied, had = false, true
 	}
 	if !had {
 		ix.perSet[el.Set()]++
 	}
-	ix.elems[id] = el
+	ix.elems.put(el)
 }
 
 // putEntry sets the element of id to the linked index's entry e (its current entry of id).
@@ -86,9 +84,9 @@ func (ix *appliedIndex) putEntry(id string, e *elemEntry) {
 		ix.put(id, &e.el)
 		return
 	}
-	_, had := ix.elems[id]
+	_, had := ix.elems.get(id)
 	if had {
-		delete(ix.elems, id)
+		ix.elems.del(id)
 	}
 	if !had && !e.applied {
 		ix.perSet[e.el.Set()]++
@@ -102,7 +100,7 @@ func (ix *appliedIndex) delElem(id string) {
 		return
 	}
 	countDown(ix.perSet, el.Set())
-	delete(ix.elems, id)
+	ix.elems.del(id)
 	if e, ok := ix.marked(id); ok {
 		e.applied = false
 	}
@@ -125,7 +123,7 @@ func (ix *appliedIndex) eachInSets(sets map[string]bool, fn func(id string, el *
 // index holds e's element through it, it keeps the element apart (the kernel still holds it).
 func (tb *table) letGo(id string, e *elemEntry) {
 	if e.applied && tb.applied != nil && tb.applied.linked == tb.desired {
-		tb.applied.elems[id] = &e.el
+		tb.applied.elems.put(&e.el)
 	}
 	e.applied = false
 }

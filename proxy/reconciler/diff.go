@@ -46,7 +46,7 @@ func eachElem(ks keys, d *desiredIndex, a *appliedIndex, fn func(id string, de *
 		}
 		return
 	}
-	d.elems.each(func(de *elemEntry) { fn(de.id(), de, true) })
+	d.elems.each(func(de *elemEntry) { fn(de.ID(), de, true) })
 	onlyA := func(id string, _ *nft.Packed) {
 		if _, ok := d.elems.get(id); !ok {
 			fn(id, nil, false)
@@ -56,9 +56,7 @@ func eachElem(ks keys, d *desiredIndex, a *appliedIndex, fn func(id string, de *
 		a.each(onlyA)
 		return
 	}
-	for id, el := range a.elems { // d's marked entries are in d
-		onlyA(id, el)
-	}
+	a.elems.each(func(el *nft.Packed) { onlyA(el.ID(), el) }) // d's marked entries are in d
 }
 
 // plan is the operations for one table, grouped so that emit can order them safely: nothing is
@@ -266,12 +264,10 @@ func (p *plan) commit(tb *table, now time.Time) {
 		}
 	})
 	if p.keys.allElems {
-		// A read-back's map held every element the kernel had, and a map never shrinks: keep
+		// A read-back's table held every element the kernel had, and deletes never shrink it: keep
 		// the few that remain (those of dynamic sets) in one of their size.
-		rest := make(map[string]*nft.Packed, len(a.elems))
-		for id, el := range a.elems {
-			rest[id] = el
-		}
+		rest := newPackedIndex()
+		a.elems.each(func(el *nft.Packed) { rest.put(el) })
 		a.elems = rest
 	}
 	copyChain := func(n string) {

@@ -3,67 +3,86 @@ package reconciler
 import (
 	"hash/maphash"
 	"math/bits"
+
+	"github.com/nftproxy/nftproxy/nft"
 )
 
-// elemIndex is the desired index's entries by the ID of their element: an open-addressing hash
-// table of entry pointers (linear probing), the ID read from the entry itself. A Go map of
-// string to *elemEntry keeps the key's 16-byte header beside the 8-byte pointer in every slot,
-// in tables that grow by doubling: ~36 bytes an element, 8 MB of a 10k-Service table's 226k
-// elements. This table holds 8 bytes a slot at most 80% full: ~3 MB.
+// keyed is what an idIndex holds: pointers that know their element's ID (*elemEntry, the
+// desired index's entries, and *nft.Packed, an applied index's elements).
+type keyed interface {
+	comparable
+	ID() string
+}
+
+// idIndex is a set of pointers by the ID of their element: an open-addressing hash table
+// (linear probing), the ID read from the pointer's target. A Go map of string to pointer keeps
+// the key's 16-byte header beside the 8-byte pointer in every slot, in tables that grow by
+// doubling: ~36 bytes an element, 8 MB of a 10k-Service table's 226k elements, and as much again
+// for a restart's read-back. This table holds 8 bytes a slot at most 80% full: ~3 MB.
 //
 // Iteration (each) may delete the entry it is given, and replace entries, but must not add one:
 // adding may grow the table, as nothing in the reconciler does while it iterates.
-type elemIndex struct {
+type idIndex[T keyed] struct {
 	seed  maphash.Seed
-	slots []*elemEntry // nil: never used; tombstone: deleted
-	n     int          // entries
-	used  int          // entries and tombstones
+	slots []T // the zero T: never used; tomb: deleted
+	tomb  T   // marks a deleted slot, so a probe for an ID placed after it goes on
+	n     int // entries
+	used  int // entries and tombstones
 }
 
-// tombstone marks a deleted slot, so a probe for an ID placed after it goes on.
-var tombstone = &elemEntry{}
+// elemIndex is the desired index's entries by ID.
+type elemIndex = idIndex[*elemEntry]
 
-func newElemIndex() elemIndex { return elemIndex{seed: maphash.MakeSeed()} }
+func newElemIndex() elemIndex { return newIDIndex(&elemEntry{}) }
 
-func (ix *elemIndex) len() int { return ix.n }
+// packedIndex is an applied index's elements by ID.
+type packedIndex = idIndex[*nft.Packed]
+
+func newPackedIndex() packedIndex { return newIDIndex(&nft.Packed{}) }
+
+func newIDIndex[T keyed](tomb T) idIndex[T] { return idIndex[T]{seed: maphash.MakeSeed(), tomb: tomb} }
+
+func (ix *idIndex[T]) len() int { return ix.n }
 
 // slot returns where the probe for an ID of hash h starts: h scaled to the table's size.
-func (ix *elemIndex) slot(h uint64) int {
+func (ix *idIndex[T]) slot(h uint64) int {
 	hi, _ := bits.Mul64(h, uint64(len(ix.slots)))
 	return int(hi)
 }
 
 // get returns the entry of id.
-func (ix *elemIndex) get(id string) (*elemEntry, bool) {
+func (ix *idIndex[T]) get(id string) (T, bool) {
+	var zero T
 	if ix.n == 0 {
-		return nil, false
+		return zero, false
 	}
 	for i := ix.slot(maphash.String(ix.seed, id)); ; i = ix.next(i) {
 		switch e := ix.slots[i]; {
-		case e == nil:
-			return nil, false
-		case e != tombstone && e.id() == id:
+		case e == zero:
+			return zero, false
+		case e != ix.tomb && e.ID() == id:
 			return e, true
 		}
 	}
 }
 
 // getBytes is get of the ID in b, without making a string of it.
-func (ix *elemIndex) getBytes(b []byte) (*elemEntry, bool) {
+func (ix *idIndex[T]) getBytes(b []byte) (T, bool) {
+	var zero T
 	if ix.n == 0 {
-		return nil, false
+		return zero, false
 	}
 	for i := ix.slot(maphash.Bytes(ix.seed, b)); ; i = ix.next(i) {
 		switch e := ix.slots[i]; {
-		case e == nil:
-			return nil, false
-		case e != tombstone && e.id() == string(b):
+		case e == zero:
+			return zero, false
+		case e != ix.tomb && e.ID() == string(b):
 			return e, true
 		}
 	}
 }
 
-func (ix *elemIndex) next(i int) int {
+func (ix *idIndex[T]) next(i int) int {
 	if i++; i == len(ix.slots) {
 		return 0
 	}
@@ -72,30 +91,31 @@ func (ix *elemIndex) next(i int) int {
 
 // put adds e, or replaces the entry with e's ID by e; it reports whether the ID was new. Only
 // adding may grow the table.
-func (ix *elemIndex) put(e *elemEntry) bool {
-	id := e.id()
+func (ix *idIndex[T]) put(e T) bool {
+	id := e.ID()
 	if len(ix.slots) > 0 {
 		free := -1
 		for i := ix.slot(maphash.String(ix.seed, id)); ; i = ix.next(i) {
+			var zero T
 			cur := ix.slots[i]
-			if cur == nil {
+			if cur == zero {
 				if free < 0 {
 					free = i
 				}
 				break
 			}
-			if cur == tombstone {
+			if cur == ix.tomb {
 				if free < 0 {
 					free = i
 				}
 				continue
 			}
-			if cur.id() == id {
+			if cur.ID() == id {
 				ix.slots[i] = e
 				return false
 			}
 		}
-		if ix.slots[free] == tombstone {
+		if ix.slots[free] == ix.tomb {
 			ix.slots[free] = e
 			ix.n++
 			return true
@@ -112,16 +132,17 @@ func (ix *elemIndex) put(e *elemEntry) bool {
 }
 
 // del removes the entry of id.
-func (ix *elemIndex) del(id string) {
+func (ix *idIndex[T]) del(id string) {
+	var zero T
 	if ix.n == 0 {
 		return
 	}
 	for i := ix.slot(maphash.String(ix.seed, id)); ; i = ix.next(i) {
 		switch e := ix.slots[i]; {
-		case e == nil:
+		case e == zero:
 			return
-		case e != tombstone && e.id() == id:
-			ix.slots[i] = tombstone
+		case e != ix.tomb && e.ID() == id:
+			ix.slots[i] = ix.tomb
 			ix.n--
 			return
 		}
@@ -129,20 +150,22 @@ func (ix *elemIndex) del(id string) {
 }
 
 // resize moves the entries to a table of n slots, dropping the tombstones.
-func (ix *elemIndex) resize(n int) {
+func (ix *idIndex[T]) resize(n int) {
+	var zero T
 	old := ix.slots
-	ix.slots, ix.n, ix.used = make([]*elemEntry, n), 0, 0
+	ix.slots, ix.n, ix.used = make([]T, n), 0, 0
 	for _, e := range old {
-		if e != nil && e != tombstone {
+		if e != zero && e != ix.tomb {
 			ix.put(e)
 		}
 	}
 }
 
 // each calls fn for every entry (see elemIndex on what fn may do).
-func (ix *elemIndex) each(fn func(e *elemEntry)) {
+func (ix *idIndex[T]) each(fn func(e T)) {
+	var zero T
 	for i := 0; i < len(ix.slots); i++ {
-		if e := ix.slots[i]; e != nil && e != tombstone {
+		if e := ix.slots[i]; e != zero && e != ix.tomb {
 			fn(e)
 		}
 	}

@@ -25,7 +25,7 @@ type elemEntry struct {
 }
 
 // id is the entry's key in its index.
-func (e *elemEntry) id() string { return e.el.ID() }
+func (e *elemEntry) ID() string { return e.el.ID() }
 
 // replace returns a copy of the entry holding el instead (the old one may be what the kernel
 // holds: see table.letGo), not marked applied.
@@ -111,7 +111,7 @@ func (ix *desiredIndex) eachInSets(sets map[string]bool, fn func(id string, e *e
 	}
 	ix.elems.each(func(e *elemEntry) {
 		if sets[e.el.Set()] {
-			fn(e.id(), e)
+			fn(e.ID(), e)
 		}
 	})
 }

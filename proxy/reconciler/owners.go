@@ -157,10 +157,10 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 	for tb, ids := range elems {
 		for _, owner := range r.Owners(tb.t) { // sorted: the same owner every time
 			for _, e := range tb.owners[owner].elems {
-				for _, i := range ids[e.id()] {
+				for _, i := range ids[e.ID()] {
 					owners[i], owned[i] = owner, true
 				}
-				delete(ids, e.id())
+				delete(ids, e.ID())
 			}
 			if len(ids) == 0 {
 				break

@@ -169,11 +169,11 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		if cur, ok := d.elems.getBytes(r.buf[:n]); ok {
 			cur.refs++
 			if cur.el.String() != string(r.buf) {
-				tb.letGo(cur.id(), cur)
+				tb.letGo(cur.ID(), cur)
 				cur = cur.replace(nft.PackedFrom(r.buf, n))
 				d.elems.put(cur)
 				if track {
-					tb.dirty.elems[cur.id()] = true
+					tb.dirty.elems[cur.ID()] = true
 				}
 			}
 			rec.elems = append(rec.elems, cur)
@@ -183,11 +183,11 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		rec.elems = append(rec.elems, cur)
 		d.putElem(cur)
 		if track {
-			tb.dirty.elems[cur.id()] = true
+			tb.dirty.elems[cur.ID()] = true
 		}
 	}
 	for _, oe := range old.elems {
-		id := oe.id()
+		id := oe.ID()
 		if cur, ok := d.elems.get(id); ok {
 			if cur.refs--; cur.refs <= 0 {
 				tb.letGo(id, cur)
