@@ -44,7 +44,7 @@ type decodeElems struct {
 	pack  bool
 	packs []byte
 	ends  []decodePackEnd
-	out   []Packed
+	each  func(Packed) // given each packed element
 }
 
 // decodePackChunk is how many bytes of packings share one string.
@@ -58,7 +58,7 @@ func (d *decodeElems) flush() {
 	chunk := string(d.packs)
 	start := uint32(0)
 	for _, e := range d.ends {
-		d.out = append(d.out, Packed{s: chunk[start:e.end], id: e.id})
+		d.each(Packed{s: chunk[start:e.end], id: e.id})
 		start = e.end
 	}
 	d.packs, d.ends = d.packs[:0], d.ends[:0]
@@ -84,13 +84,13 @@ func (k *Kernel) dumpElements(ctx context.Context, t Table, s *Set, chains map[s
 }
 
 // dumpPacked reads back the elements of set s packed, in the kernel's order.
-func (k *Kernel) dumpPacked(ctx context.Context, t Table, s *Set, chains map[string]string) ([]Packed, error) {
-	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains, pack: true}
+func (k *Kernel) dumpPacked(ctx context.Context, t Table, s *Set, chains map[string]string, each func(Packed)) error {
+	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains, pack: true, each: each}
 	if err := k.decodeElements(ctx, t, d); err != nil {
-		return nil, err
+		return err
 	}
 	d.flush()
-	return slices.Clip(d.out), nil
+	return nil
 }
 
 // decodeElements reads the elements of d's set into d.

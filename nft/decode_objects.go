@@ -19,17 +19,17 @@ func decodeTableAttr(t Table) func(w *nlBuf) {
 }
 
 // Dump reads back everything table t holds.
-func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) { return k.dump(ctx, t, false) }
+func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) { return k.dump(ctx, t, nil) }
 
-// DumpPacked reads back everything table t holds, its elements packed (Ruleset.Packed, in the
-// kernel's order): what a restart's read-back keeps of each element is its packing, and the
-// elements are packed as they are decoded, so the read-back of a table of 300k elements never
-// holds them unpacked (~310 bytes each).
-func (k *Kernel) DumpPacked(ctx context.Context, t Table) (*Ruleset, error) {
-	return k.dump(ctx, t, true)
+// DumpPacked reads back everything table t holds but its elements, which it hands to each,
+// packed, as they are decoded (set by set, in the kernel's order): a reader that keeps elements
+// packed keeps only those it wants, and a table of 300k elements is never held unpacked (~310
+// bytes each) nor whole.
+func (k *Kernel) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
+	return k.dump(ctx, t, each)
 }
 
-func (k *Kernel) dump(ctx context.Context, t Table, packed bool) (*Ruleset, error) {
+func (k *Kernel) dump(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
 	err := k.conn.get(ctx, unix.NFT_MSG_GETTABLE, t.Family, decodeTableAttr(t), func(nlMsg) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("dump table %s: %w", t, err)
@@ -46,17 +46,13 @@ func (k *Kernel) dump(ctx context.Context, t Table, packed bool) (*Ruleset, erro
 		k.sets[t][s.Name] = s
 	}
 	chains := map[string]string{}
-	if packed {
-		rs.Elements, rs.Packed = nil, map[string][]Packed{}
+	if each != nil {
+		rs.Elements = nil
 	}
 	for i := range rs.Sets {
-		if packed {
-			ps, err := k.dumpPacked(ctx, t, &rs.Sets[i], chains)
-			if err != nil {
+		if each != nil {
+			if err := k.dumpPacked(ctx, t, &rs.Sets[i], chains, each); err != nil {
 				return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)
-			}
-			if len(ps) > 0 {
-				rs.Packed[rs.Sets[i].Name] = ps
 			}
 			continue
 		}

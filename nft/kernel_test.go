@@ -262,30 +262,33 @@ func TestKernelShapes(t *testing.T) {
 // kernelCheckPackedDump: DumpPacked reads every set back as Dump does, each element packed.
 func kernelCheckPackedDump(t *testing.T, k *Kernel, rs *Ruleset) {
 	t.Helper()
-	ps, err := k.DumpPacked(context.Background(), rs.Table)
+	got := map[string][]string{}
+	ps, err := k.DumpPacked(context.Background(), rs.Table, func(p Packed) {
+		got[p.Set()] = append(got[p.Set()], p.ID()+" | "+p.String())
+	})
 	if err != nil {
 		t.Fatalf("DumpPacked: %v", err)
 	}
 	if ps.Elements != nil {
 		t.Errorf("DumpPacked filled Elements too")
 	}
-	if len(ps.Packed) != len(rs.Elements) {
-		t.Errorf("DumpPacked read %d sets with elements, Dump %d", len(ps.Packed), len(rs.Elements))
+	if len(got) != len(rs.Elements) {
+		t.Errorf("DumpPacked read %d sets with elements, Dump %d", len(got), len(rs.Elements))
 	}
 	for set, els := range rs.Elements {
-		var want, got []string
+		var want []string
 		for i := range els {
 			p := Pack(&els[i])
 			want = append(want, p.ID()+" | "+p.String())
 		}
-		for i := range ps.Packed[set] {
-			got = append(got, ps.Packed[set][i].ID()+" | "+ps.Packed[set][i].String())
-		}
 		slices.Sort(want)
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("set %s: DumpPacked read\n%q\nwant (Dump's, packed)\n%q", set, got, want)
+		slices.Sort(got[set])
+		if !slices.Equal(got[set], want) {
+			t.Errorf("set %s: DumpPacked read\n%q\nwant (Dump's, packed)\n%q", set, got[set], want)
 		}
+	}
+	if !reflect.DeepEqual(ps.Chains, rs.Chains) || !reflect.DeepEqual(ps.Sets, rs.Sets) || len(ps.Rules) != len(rs.Rules) {
+		t.Errorf("DumpPacked read other chains, sets or rules than Dump")
 	}
 }
 

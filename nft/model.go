@@ -241,9 +241,6 @@ type Ruleset struct {
 	Table    Table
 	Chains   []Chain
 	Sets     []Set
-	Elements map[string][]Element
-	// Packed holds the elements instead of Elements, by set name, in a read-back by a
-	// PackedDumper's DumpPacked.
-	Packed map[string][]Packed
-	Rules  []Rule // in chain order, chains in the order of Chains
+	Elements map[string][]Element // nil in a read-back by DumpPacked
+	Rules    []Rule               // in chain order, chains in the order of Chains
 }

@@ -268,26 +268,24 @@ func (sc *elementScratch) of(o Object) *Element {
 	return nil
 }
 
-// PackedDumper is a kernel that reads a table back with its elements packed (Ruleset.Packed
-// instead of Ruleset.Elements): the Kernel and the Fake. A reader that keeps the elements
-// packed anyway (the reconciler) asks for them so when its Interface offers it.
+// PackedDumper is a kernel that reads a table back with its elements packed and handed one by
+// one to the reader (DumpPacked; Ruleset.Elements is then nil): the Kernel and the Fake. A
+// reader that keeps elements packed anyway (the reconciler) asks for them so when its Interface
+// offers it.
 type PackedDumper interface {
-	DumpPacked(ctx context.Context, t Table) (*Ruleset, error)
+	DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error)
 }
 
-// DumpPacked is Dump with the elements packed (see PackedDumper).
-func (f *Fake) DumpPacked(ctx context.Context, t Table) (*Ruleset, error) {
+// DumpPacked is Dump with the elements handed to each, packed (see PackedDumper).
+func (f *Fake) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
 	rs, err := f.Dump(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	rs.Packed = make(map[string][]Packed, len(rs.Elements))
-	for set, els := range rs.Elements {
-		ps := make([]Packed, len(els))
+	for _, els := range rs.Elements {
 		for i := range els {
-			ps[i] = Pack(&els[i])
+			each(Pack(&els[i]))
 		}
-		rs.Packed[set] = ps
 	}
 	rs.Elements = nil
 	return rs, nil

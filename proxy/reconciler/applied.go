@@ -128,10 +128,10 @@ func (tb *table) letGo(id string, e *elemEntry) {
 	e.applied = false
 }
 
-// indexFromDump turns a kernel read-back into an index. Rule handles are kept on the rules (they
-// are ignored when comparing) so single stray rules could be deleted.
-func indexFromDump(rs *nft.Ruleset) *appliedIndex {
-	ix := newAppliedIndex()
+// addDump puts a kernel read-back's chains, sets, rules and (from Dump) elements in ix. Rule
+// handles are kept on the rules (they are ignored when comparing) so single stray rules could be
+// deleted.
+func (ix *appliedIndex) addDump(rs *nft.Ruleset) {
 	byChain := map[string][]nft.Rule{}
 	for _, r := range rs.Rules {
 		byChain[r.Chain] = append(byChain[r.Chain], r)
@@ -143,11 +143,6 @@ func indexFromDump(rs *nft.Ruleset) *appliedIndex {
 		s := rs.Sets[i]
 		ix.putSet(&s)
 	}
-	for _, ps := range rs.Packed {
-		for i := range ps {
-			ix.put(ps[i].ID(), &ps[i])
-		}
-	}
 	for _, els := range rs.Elements {
 		ps := make([]nft.Packed, len(els)) // one allocation per set for the packings' headers
 		for i := range els {
@@ -155,5 +150,22 @@ func indexFromDump(rs *nft.Ruleset) *appliedIndex {
 			ix.put(ps[i].ID(), &ps[i])
 		}
 	}
-	return ix
+}
+
+// putRead puts an element read back from the kernel in ix. In an index linked as it is read
+// (see readBack), an element the kernel holds exactly as the linked index wants it only marks
+// that entry.
+func (ix *appliedIndex) putRead(p nft.Packed) {
+	if ix.linked != nil {
+		if e, ok := ix.linked.elems.get(p.ID()); ok && e.el.String() == p.String() {
+			if !e.applied {
+				e.applied = true
+				ix.perSet[p.Set()]++
+			}
+			return
+		}
+	}
+	q := new(nft.Packed)
+	*q = p
+	ix.put(q.ID(), q)
 }

@@ -154,10 +154,17 @@ func (r *Reconciler) plan(tb *table, ks keys) *plan {
 	for _, s := range p.addSets {
 		added[s.Name] = true
 	}
-	if ks.allElems && a.linked != d {
-		// A full Commit after a read-back (start-up): every desired element may be added, and
-		// growing the list by appending allocated about three times its final size.
-		p.addElems = make([]*nft.Packed, 0, d.elems.len())
+	if ks.allElems {
+		// A full Commit: every desired element the kernel does not hold is added (at start-up,
+		// all of them), and growing the list by appending allocated about three times its
+		// final size.
+		n := d.elems.len()
+		for _, c := range a.perSet {
+			n -= c
+		}
+		if n > 0 {
+			p.addElems = make([]*nft.Packed, 0, n)
+		}
 	}
 	eachElem(ks, d, a, func(id string, de *elemEntry, inD bool) {
 		if inD && (p.dropSets[de.el.Set()] || added[de.el.Set()]) {

@@ -255,7 +255,11 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 		var believed *appliedIndex
 		if res.Full {
 			believed = tb.applied
-			kernel, err := r.readBack(ctx, tb.t)
+			var link *desiredIndex
+			if believed == nil {
+				link = tb.desired // no applied index marks it
+			}
+			kernel, err := r.readBack(ctx, tb.t, link)
 			if err != nil {
 				return res, err
 			}
@@ -310,19 +314,30 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 	return res, nil
 }
 
-func (r *Reconciler) readBack(ctx context.Context, t nft.Table) (*appliedIndex, error) {
+// readBack reads table t back into an applied index. With link (t's desired index, when no
+// applied index holds marks on it: a start or restart), the index is linked to it as it is read:
+// an element the kernel holds exactly as desired only marks its entry, and the index keeps the
+// others alone, so a restart does not hold a second copy of a table the kernel already has.
+func (r *Reconciler) readBack(ctx context.Context, t nft.Table, link *desiredIndex) (*appliedIndex, error) {
+	ix := newAppliedIndex()
+	pd, packed := r.kernel.(nft.PackedDumper)
+	if link != nil && packed {
+		link.elems.each(func(e *elemEntry) { e.applied = false })
+		ix.linked = link
+	}
 	var rs *nft.Ruleset
 	var err error
-	if pd, ok := r.kernel.(nft.PackedDumper); ok { // the index keeps only the packings
-		rs, err = pd.DumpPacked(ctx, t)
+	if packed {
+		rs, err = pd.DumpPacked(ctx, t, ix.putRead)
 	} else {
 		rs, err = r.kernel.Dump(ctx, t)
 	}
 	if nft.IsNotFound(err) {
-		return newAppliedIndex(), nil
+		return ix, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read back table %s: %w", t, err)
 	}
-	return indexFromDump(rs), nil
+	ix.addDump(rs)
+	return ix, nil
 }

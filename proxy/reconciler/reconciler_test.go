@@ -165,6 +165,43 @@ func TestFirstSyncThenRestartSendsNothing(t *testing.T) {
 	})
 }
 
+// TestRestartWithAnotherModelSendsTheDifference: a restart reads the kernel back linked to its
+// desired state (an element held exactly as desired only marks its entry); what differs is
+// repaired, the kernel then equals a fresh build, and the applied state it keeps is true: a full
+// commit after it finds nothing and a partial one changes exactly what changed.
+func TestRestartWithAnotherModelSendsTheDifference(t *testing.T) {
+	kernels(t, func(t *testing.T, open func() nft.Interface) {
+		k := open()
+		h := newHarness(t, k)
+		for i := 0; i < 50; i++ {
+			h.put(svc(i, 1+i%4))
+		}
+		h.commit(false)
+
+		h2 := newHarness(t, k)
+		for i := 0; i < 55; i++ {
+			switch {
+			case i < 10:
+				h2.put(svc(i, 5)) // endpoints changed
+			case i < 40 || i >= 50:
+				h2.put(svc(i, 1+i%4)) // the same, and five new
+			}
+		}
+		if res := h2.commit(false); !res.Full || res.Ops == 0 {
+			t.Fatalf("restart: full=%v ops=%d, want a full commit sending the difference", res.Full, res.Ops)
+		}
+		h2.check()
+		if res := h2.commit(true); res.Ops != 0 || res.Repairs != 0 {
+			t.Fatalf("full commit after the restart sent %d ops (repairs %d), want 0", res.Ops, res.Repairs)
+		}
+		h2.put(svc(20, 2))
+		if res := h2.commit(false); res.Full || res.Ops == 0 {
+			t.Fatalf("partial commit: full=%v ops=%d", res.Full, res.Ops)
+		}
+		h2.check()
+	})
+}
+
 func TestPartialSyncCostFollowsTheChange(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
 		h := newHarness(t, open())
