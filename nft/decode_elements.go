@@ -58,7 +58,7 @@ func (d *decodeElems) flush() {
 	chunk := string(d.packs)
 	start := uint32(0)
 	for _, e := range d.ends {
-		d.each(Packed{s: chunk[start:e.end], id: e.id})
+		d.each(packedOf(chunk[start:e.end], e.id))
 		start = e.end
 	}
 	d.packs, d.ends = d.packs[:0], d.ends[:0]

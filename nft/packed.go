@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -26,8 +27,9 @@ import (
 // Every value is self-delimited by a tag that also says its type, so unpacking needs no set
 // definition, and two packings are equal exactly when the elements are.
 type Packed struct {
-	s  string
-	id uint32 // the length of the ID prefix of s
+	s   string
+	id  uint32 // the length of the ID prefix of s
+	set uint16 // the length of the set's name, which s starts with (in the padding after id)
 }
 
 // The tags of a packing. A value's tag carries its type in the low four bits and its form in
@@ -50,7 +52,7 @@ const (
 func Pack(e *Element) Packed {
 	var buf [128]byte
 	b, id := AppendPacked(buf[:0], e)
-	return Packed{s: string(b), id: uint32(id)}
+	return PackedFrom(b, id)
 }
 
 // AppendPacked appends e's packing to b and returns it with the length of its ID, so a caller
@@ -108,7 +110,11 @@ func appendPackedValues(b []byte, vs []Value) []byte {
 // PackedFrom makes a Packed of a packing and its ID's length as AppendPacked returned them
 // (copying b), so a caller that packed into a reused buffer to look an element up keeps it
 // without packing it again.
-func PackedFrom(b []byte, id int) Packed { return Packed{s: string(b), id: uint32(id)} }
+func PackedFrom(b []byte, id int) Packed { return packedOf(string(b), uint32(id)) }
+
+func packedOf(s string, id uint32) Packed {
+	return Packed{s: s, id: id, set: uint16(strings.IndexByte(s, 0))}
+}
 
 // ID is the element's identity within its table (see Packed): a map key.
 func (p *Packed) ID() string { return p.s[:p.id] }
@@ -117,14 +123,7 @@ func (p *Packed) ID() string { return p.s[:p.id] }
 func (p *Packed) String() string { return p.s }
 
 // Set returns the name of the element's set.
-func (p *Packed) Set() string {
-	for i := 0; i < len(p.s); i++ {
-		if p.s[i] == 0 {
-			return p.s[:i]
-		}
-	}
-	return p.s
-}
+func (p *Packed) Set() string { return p.s[:p.set] }
 
 // Unpack returns the element in its own memory.
 func (p *Packed) Unpack() Element {
@@ -142,9 +141,8 @@ func (p *Packed) UnpackInto(e *Element, vals []Value, v *Verdict) []Value {
 
 func (p *Packed) unpack(e *Element, vals []Value, v *Verdict) []Value {
 	s := p.s
-	set := p.Set()
-	*e = Element{Set: set}
-	i := len(set) + 1
+	*e = Element{Set: p.Set()}
+	i := int(p.set) + 1
 	mark := len(vals)
 	vals, i = unpackValues(s, i, vals)
 	if len(vals) > mark {
