@@ -14,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -38,6 +40,8 @@ type sample struct {
 	wall time.Duration
 	rss  int64 // bytes
 	cpu  time.Duration
+	ops  int    // what its "applied" log line says it sent
+	log  string // the end of its log
 }
 
 func measure(bin string, services, endpoints, runs int, env string) error {
@@ -69,6 +73,10 @@ func measure(bin string, services, endpoints, runs int, env string) error {
 		if err2 != nil {
 			return err2
 		}
+		// The start-up must program the workload, the restart must find it all there.
+		if s1.ops < services || s2.ops != 0 {
+			return fmt.Errorf("run %d: start-up sent %d ops, restart %d: want at least %d, then 0 (see the log:\n%s)", i+1, s1.ops, s2.ops, services, s1.log)
+		}
 		start, restart = append(start, s1), append(restart, s2)
 		fmt.Fprintf(os.Stderr, "run %d: start-up %v %d MB, restart %v %d MB\n", i+1,
 			s1.wall.Round(time.Millisecond), s1.rss>>20, s2.wall.Round(time.Millisecond), s2.rss>>20)
@@ -99,7 +107,8 @@ func envNote(env string) string {
 // runOnce runs `nftproxy run --once` in namespace ns and returns its wall time, CPU and peak RSS.
 func runOnce(bin, ns, manifests, state, env string) (sample, error) {
 	cmd := exec.Command("ip", "netns", "exec", ns, bin, "run", "--once", "--manifests", manifests,
-		"--node-name", "bench-node", "--service-node-port-range", "30000-60000", "--state-dir", state)
+		"--node-name", "bench-node", "--service-node-port-range", "30000-60000", "--state-dir", state,
+		"--manifest-max-file-size", fmt.Sprint(1<<30)) // the workload is one file: 16 MB at 10k
 	if env != "" {
 		cmd.Env = append(os.Environ(), env)
 	}
@@ -109,10 +118,18 @@ func runOnce(bin, ns, manifests, state, env string) (sample, error) {
 	if err := cmd.Run(); err != nil {
 		return sample{}, fmt.Errorf("%s: %w: %s", cmd, err, out.b)
 	}
+	wall := time.Since(t0)
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return sample{wall: time.Since(t0), rss: ru.Maxrss << 10, cpu: cpu}, nil
+	ops := -1
+	if m := appliedOps.FindAllSubmatch(out.b, -1); len(m) > 0 {
+		ops, _ = strconv.Atoi(string(m[len(m)-1][1]))
+	}
+	return sample{wall: wall, rss: ru.Maxrss << 10, cpu: cpu, ops: ops, log: string(out.b)}, nil
 }
+
+// appliedOps finds the operation count in run's `"applied" ops=N` log line.
+var appliedOps = regexp.MustCompile(`"applied" ops=(\d+)`)
 
 // stat returns the median, min and max of f over s.
 func stat(s []sample, f func(sample) int64) [3]int64 {
