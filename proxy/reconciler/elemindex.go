@@ -3,6 +3,7 @@ package reconciler
 import (
 	"hash/maphash"
 	"math/bits"
+	"unsafe"
 
 	"github.com/nftproxy/nftproxy/nft"
 )
@@ -52,34 +53,37 @@ func (ix *idIndex[T]) slot(h uint64) int {
 
 // get returns the entry of id.
 func (ix *idIndex[T]) get(id string) (T, bool) {
+	return ix.at(ix.find(maphash.String(ix.seed, id), id))
+}
+
+// getBytes is get of the ID in b, without copying b into a string: the string that looks at b
+// is only compared, never kept.
+func (ix *idIndex[T]) getBytes(b []byte) (T, bool) {
+	return ix.at(ix.find(maphash.Bytes(ix.seed, b), unsafe.String(unsafe.SliceData(b), len(b))))
+}
+
+// find returns the slot holding the entry of id, whose hash is h, or -1.
+func (ix *idIndex[T]) find(h uint64, id string) int {
 	var zero T
 	if ix.n == 0 {
-		return zero, false
+		return -1
 	}
-	for i := ix.slot(maphash.String(ix.seed, id)); ; i = ix.next(i) {
+	for i := ix.slot(h); ; i = ix.next(i) {
 		switch e := ix.slots[i]; {
 		case e == zero:
-			return zero, false
+			return -1
 		case e != ix.tomb && e.ID() == id:
-			return e, true
+			return i
 		}
 	}
 }
 
-// getBytes is get of the ID in b, without making a string of it.
-func (ix *idIndex[T]) getBytes(b []byte) (T, bool) {
-	var zero T
-	if ix.n == 0 {
+func (ix *idIndex[T]) at(i int) (T, bool) {
+	if i < 0 {
+		var zero T
 		return zero, false
 	}
-	for i := ix.slot(maphash.Bytes(ix.seed, b)); ; i = ix.next(i) {
-		switch e := ix.slots[i]; {
-		case e == zero:
-			return zero, false
-		case e != ix.tomb && e.ID() == string(b):
-			return e, true
-		}
-	}
+	return ix.slots[i], true
 }
 
 func (ix *idIndex[T]) next(i int) int {
@@ -133,19 +137,9 @@ func (ix *idIndex[T]) put(e T) bool {
 
 // del removes the entry of id.
 func (ix *idIndex[T]) del(id string) {
-	var zero T
-	if ix.n == 0 {
-		return
-	}
-	for i := ix.slot(maphash.String(ix.seed, id)); ; i = ix.next(i) {
-		switch e := ix.slots[i]; {
-		case e == zero:
-			return
-		case e != ix.tomb && e.ID() == id:
-			ix.slots[i] = ix.tomb
-			ix.n--
-			return
-		}
+	if i := ix.find(maphash.String(ix.seed, id), id); i >= 0 {
+		ix.slots[i] = ix.tomb
+		ix.n--
 	}
 }
 
