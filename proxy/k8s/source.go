@@ -160,7 +160,7 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 		notify()
 		s.Rescan()
 	}
-	strip := informers.WithTransform(slim)
+	strip := informers.WithTransform(newSlimmer().transform)
 	selected := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.selector.String() }))
 	node := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,

@@ -2,13 +2,14 @@ package k8s
 
 import (
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// slim is the informers' transform: it keeps, of each object, only what the model, the
+// slimmer is the informers' transform: it keeps, of each object, only what the model, the
 // rejection Events and the drain check read, before the object enters the informer's cache
 // (which the Tracker shares: one copy per object, not two). At 10,000 Services the caches are
 // a large part of the daemon's memory, and in real clusters most of an object is bookkeeping
@@ -22,9 +23,31 @@ import (
 // rule), the annotations nftproxy and Kubernetes' service.kubernetes.io/ keys define, its spec
 // except the selector and its status.loadBalancer; a slice's service-name label, its
 // last-change-trigger-time annotation (the programming latency starts there), address type,
-// ports and endpoints (addresses, conditions, node, zone, hints); a Node's labels (zone),
-// addresses, taints and deletion timestamp.
-func slim(obj any) (any, error) {
+// ports and, of each endpoint, what the model reads (see slimEndpoint); a Node's labels
+// (zone), addresses, taints and deletion timestamp.
+//
+// Endpoints are most of what the caches hold (100,000 at 10,000 Services of 10), so they are
+// also packed: the endpoint array is cut to its length (the protobuf decoder grows it by
+// doubling: room for 16 of 10), the condition pointers point at one shared true and one shared
+// false, and node names and zones, repeated across every endpoint on a node, share one *string.
+// Cached objects are read-only for everyone (client-go's rule), so sharing is safe.
+type slimmer struct {
+	yes, no bool // the shared condition values: yes is true, no stays false
+	mu      sync.Mutex
+	names   map[string]*string // interned node names and zones; reset when it holds maxInterned
+}
+
+// maxInterned bounds the interned names. A cluster's node names and zones fit many times over;
+// a table that fills up (nodes replaced for months) is dropped and rebuilt, which costs only
+// the sharing of the names seen before.
+const maxInterned = 4096
+
+func newSlimmer() *slimmer {
+	return &slimmer{yes: true, names: map[string]*string{}}
+}
+
+// transform is the cache.TransformFunc.
+func (sl *slimmer) transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
 		slimMeta(&o.ObjectMeta)
@@ -41,10 +64,14 @@ func slim(obj any) (any, error) {
 		} else {
 			o.Labels = nil
 		}
-		for i := range o.Endpoints {
-			e := &o.Endpoints[i]
-			e.TargetRef, e.Hostname, e.DeprecatedTopology = nil, nil, nil
+		if cap(o.Endpoints) > len(o.Endpoints) {
+			o.Endpoints = append([]discoveryv1.Endpoint(nil), o.Endpoints...)
 		}
+		sl.mu.Lock()
+		for i := range o.Endpoints {
+			sl.slimEndpoint(&o.Endpoints[i])
+		}
+		sl.mu.Unlock()
 	case *corev1.Node:
 		slimMeta(&o.ObjectMeta)
 		o.Annotations = nil
@@ -53,6 +80,53 @@ func slim(obj any) (any, error) {
 		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
 	}
 	return obj, nil
+}
+
+// slimEndpoint keeps what the model reads of an endpoint (model.parseEndpoint): the first
+// address (upstream proxies use only that one), the three conditions, the node name, the zone
+// and the zones of the hints; targetRef, hostname, deprecatedTopology and node hints go. Called
+// with sl.mu held.
+func (sl *slimmer) slimEndpoint(e *discoveryv1.Endpoint) {
+	e.TargetRef, e.Hostname, e.DeprecatedTopology = nil, nil, nil
+	if len(e.Addresses) > 1 {
+		e.Addresses = []string{e.Addresses[0]}
+	}
+	c := &e.Conditions
+	c.Ready, c.Serving, c.Terminating = sl.condition(c.Ready), sl.condition(c.Serving), sl.condition(c.Terminating)
+	e.NodeName, e.Zone = sl.intern(e.NodeName), sl.intern(e.Zone)
+	if e.Hints != nil {
+		if len(e.Hints.ForZones) == 0 {
+			e.Hints = nil
+		} else {
+			e.Hints.ForNodes = nil
+		}
+	}
+}
+
+// condition returns the shared pointer of p's value (nil stays nil: unknown).
+func (sl *slimmer) condition(p *bool) *bool {
+	switch {
+	case p == nil:
+		return nil
+	case *p:
+		return &sl.yes
+	}
+	return &sl.no
+}
+
+// intern returns the shared pointer of p's value (nil stays nil). Called with sl.mu held.
+func (sl *slimmer) intern(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	if q, ok := sl.names[*p]; ok {
+		return q
+	}
+	if len(sl.names) >= maxInterned {
+		clear(sl.names)
+	}
+	sl.names[*p] = p
+	return p
 }
 
 // slimMeta drops the metadata no proxy reads.
