@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
 // slimmer is the informers' transform: it keeps, of each object, only what the model, the
@@ -19,12 +21,13 @@ import (
 // alone.
 //
 // What stays: names, namespace, UID, resourceVersion and creationTimestamp (informer
-// bookkeeping, Event references, conflict order); a Service's labels (the service-proxy-name
-// rule), the annotations nftproxy and Kubernetes' service.kubernetes.io/ keys define, its spec
-// except the selector and its status.loadBalancer; a slice's service-name label, its
-// last-change-trigger-time annotation (the programming latency starts there), address type,
-// ports and, of each endpoint, what the model reads (see slimEndpoint); a Node's labels
-// (zone), addresses, taints and deletion timestamp.
+// bookkeeping, Event references, conflict order); a Service's service-proxy-name label (the
+// only label the model reads), its nftproxy.io/ annotations (the only ones it reads: cloud
+// load-balancer annotations and the like go), its spec except the selector and its
+// status.loadBalancer; a slice's service-name label, its last-change-trigger-time annotation
+// (the programming latency starts there), address type, ports and, of each endpoint, what the
+// model reads (see slimEndpoint); a Node's labels (zone), addresses, taints and deletion
+// timestamp.
 //
 // Endpoints are most of what the caches hold (100,000 at 10,000 Services of 10), so they are
 // also packed: the endpoint array is cut to its length (the protobuf decoder grows it by
@@ -51,19 +54,14 @@ func (sl *slimmer) transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
 		slimMeta(&o.ObjectMeta)
+		o.Labels = only(o.Labels, annotation.ServiceProxyNameLabel)
 		o.Annotations = keepAnnotations(o.Annotations)
 		o.Spec.Selector = nil
 		o.Status.Conditions = nil
 	case *discoveryv1.EndpointSlice:
 		slimMeta(&o.ObjectMeta)
-		o.Annotations = keepTriggerTime(o.Annotations)
-		if name, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
-			if len(o.Labels) > 1 {
-				o.Labels = map[string]string{discoveryv1.LabelServiceName: name}
-			}
-		} else {
-			o.Labels = nil
-		}
+		o.Labels = only(o.Labels, discoveryv1.LabelServiceName)
+		o.Annotations = only(o.Annotations, corev1.EndpointsLastChangeTriggerTime)
 		if cap(o.Endpoints) > len(o.Endpoints) {
 			o.Endpoints = append([]discoveryv1.Endpoint(nil), o.Endpoints...)
 		}
@@ -134,29 +132,27 @@ func slimMeta(m *metav1.ObjectMeta) {
 	m.ManagedFields, m.OwnerReferences, m.Finalizers, m.GenerateName = nil, nil, nil, ""
 }
 
-// keepTriggerTime returns a slice's annotations reduced to the trigger time the EndpointSlice
-// controller writes (nil when absent): the network-programming latency is measured from it.
-func keepTriggerTime(a map[string]string) map[string]string {
-	v, ok := a[corev1.EndpointsLastChangeTriggerTime]
-	if !ok {
+// only returns m reduced to key (nil when key is absent), reusing m when it holds nothing else.
+func only(m map[string]string, key string) map[string]string {
+	v, ok := m[key]
+	switch {
+	case !ok:
 		return nil
+	case len(m) == 1:
+		return m
 	}
-	if len(a) == 1 {
-		return a
-	}
-	return map[string]string{corev1.EndpointsLastChangeTriggerTime: v}
+	return map[string]string{key: v}
 }
 
-// keptAnnotationPrefixes are the Service annotations the model may read: nftproxy's own and
-// Kubernetes' service.kubernetes.io/ keys (topology mode and hints among them).
-var keptAnnotationPrefixes = []string{"nftproxy.io/", "service.kubernetes.io/", "service.beta.kubernetes.io/"}
+// keptAnnotationPrefix is the prefix of the Service annotations the model reads: nftproxy's own.
+const keptAnnotationPrefix = "nftproxy.io/"
 
-// keepAnnotations returns the annotations under keptAnnotationPrefixes (nil when none), reusing
+// keepAnnotations returns the annotations under keptAnnotationPrefix (nil when none), reusing
 // the map when nothing is dropped.
 func keepAnnotations(a map[string]string) map[string]string {
 	drop := 0
 	for k := range a {
-		if !keptAnnotation(k) {
+		if !strings.HasPrefix(k, keptAnnotationPrefix) {
 			drop++
 		}
 	}
@@ -168,18 +164,9 @@ func keepAnnotations(a map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(a)-drop)
 	for k, v := range a {
-		if keptAnnotation(k) {
+		if strings.HasPrefix(k, keptAnnotationPrefix) {
 			out[k] = v
 		}
 	}
 	return out
-}
-
-func keptAnnotation(k string) bool {
-	for _, p := range keptAnnotationPrefixes {
-		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
 }

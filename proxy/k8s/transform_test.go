@@ -45,6 +45,8 @@ func heavyServices() []*corev1.Service {
 		s.Spec.Selector = map[string]string{"app": name}
 		s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ok"}}
 		bookkeeping(&s.ObjectMeta, strings.Repeat("x", 2000))
+		s.Annotations["service.kubernetes.io/topology-mode"] = "Auto"
+		s.Annotations["service.beta.kubernetes.io/aws-load-balancer-type"] = "nlb"
 		return s
 	}
 	ranges := base("rtp")
@@ -134,6 +136,14 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 		}
 		if o, s := jsonSize(t, svc)+jsonSize(t, sl), jsonSize(t, slimSvc)+jsonSize(t, slimSlice); s*3 > o {
 			t.Errorf("%s: slimmed Service and slice take %d bytes of JSON, want under a third of %d", svc.Name, s, o)
+		}
+		for k := range slimSvc.(*corev1.Service).Annotations {
+			if !strings.HasPrefix(k, "nftproxy.io/") {
+				t.Errorf("%s: slimmed Service keeps annotation %s, which the model does not read", svc.Name, k)
+			}
+		}
+		if g, w := slimSvc.(*corev1.Service).Labels, svc.Labels[annotation.ServiceProxyNameLabel]; len(g) > 1 || g[annotation.ServiceProxyNameLabel] != w {
+			t.Errorf("%s: labels of the slimmed Service: got %v, want only the service-proxy-name label (%q)", svc.Name, g, w)
 		}
 		if g, w := slimSlice.(*discoveryv1.EndpointSlice).Annotations, map[string]string{corev1.EndpointsLastChangeTriggerTime: sl.Annotations[corev1.EndpointsLastChangeTriggerTime]}; !reflect.DeepEqual(g, w) {
 			t.Errorf("%s: annotations of the slimmed slice: got %v, want only the trigger time %v", svc.Name, g, w)
