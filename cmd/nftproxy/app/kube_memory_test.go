@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,11 +12,13 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/bench/peers"
@@ -124,7 +127,10 @@ func TestKubeMemoryProfile(t *testing.T) {
 	runtime.KeepAlive(p)
 }
 
-// populate creates the bench workload's Services, EndpointSlices and Node in c.
+// populate creates the bench workload's Services, EndpointSlices and Node in c. A loaded API
+// server sometimes refuses a Service with "provided IP is already allocated" (a create that
+// timed out left its ClusterIP allocated); that Service then takes any free ClusterIP, which
+// changes nothing measured here.
 func populate(t *testing.T, c *cluster.Cluster, services, endpoints int) {
 	t.Helper()
 	rc := c.Config()
@@ -133,22 +139,49 @@ func populate(t *testing.T, c *cluster.Cluster, services, endpoints int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	wl := workload.Generate(workload.DefaultSpec(services, endpoints, 1))
 	start := time.Now()
-	// A loaded API server sometimes refuses a create with "provided IP is already allocated"
-	// (its ClusterIP repair loop racing the create); Populate keeps what exists, so try again.
-	for try := 1; ; try++ {
-		err := peers.Populate(context.Background(), cs, wl, 0, services, 16)
-		if err == nil {
-			break
-		}
-		if try == 5 {
+	if err := peers.Populate(ctx, cs, wl, 0, 0, 1); err != nil { // namespaces and the Node
+		t.Fatal(err)
+	}
+	work := make(chan *model.Service)
+	errs := make(chan error, len(wl.Services))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for s := range work {
+				errs <- createService(ctx, cs, s)
+			}
+		})
+	}
+	for _, s := range wl.Services {
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("populate, attempt %d: %v; again in 10 s", try, err)
-		time.Sleep(10 * time.Second)
 	}
 	t.Logf("populated %d Services in %v", services, time.Since(start).Round(time.Millisecond))
+}
+
+// createService creates s's Service and EndpointSlice; a Service refused its ClusterIP (see
+// populate) takes any.
+func createService(ctx context.Context, cs kubernetes.Interface, s *model.Service) error {
+	err := peers.CreateService(ctx, cs, s)
+	if err == nil || !strings.Contains(err.Error(), "already allocated") {
+		return err
+	}
+	svc := workload.ServiceObject(s)
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+	if _, err := cs.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("service %s/%s, any ClusterIP: %w", svc.Namespace, svc.Name, err)
+	}
+	return peers.CreateService(ctx, cs, s) // the slice; the Service exists
 }
 
 func envInt(t *testing.T, name string, def int) int {
