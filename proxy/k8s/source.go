@@ -15,11 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -160,16 +157,11 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 		notify()
 		s.Rescan()
 	}
-	strip := informers.WithTransform(slim)
-	selected := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = s.selector.String() }))
-	node := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0, strip,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
-		}))
-	svcInf := selected.Core().V1().Services().Informer()
-	sliceInf := selected.Discovery().V1().EndpointSlices().Informer()
-	nodeInf := node.Core().V1().Nodes().Informer()
+	infs, err := s.newInformers()
+	if err != nil {
+		return fmt.Errorf("kubernetes source: %w", err)
+	}
+	svcInf, sliceInf, nodeInf := infs.services, infs.slices, infs.node
 	for what, inf := range map[string]cache.SharedIndexInformer{"services": svcInf, "endpointslices": sliceInf, "nodes": nodeInf} {
 		if err := inf.SetWatchErrorHandler(watchErrorLogger(log, what)); err != nil {
 			return fmt.Errorf("kubernetes source: %s informer: %w", what, err)
@@ -199,10 +191,11 @@ func (s *Source) Run(ctx context.Context, tracker *model.Tracker, notify func())
 
 	rec, stopEvents := s.recorder(ctx)
 	defer stopEvents()
-	selected.Start(ctx.Done())
-	node.Start(ctx.Done())
-	defer node.Shutdown()
-	defer selected.Shutdown()
+	var informersDone sync.WaitGroup
+	defer informersDone.Wait()
+	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf, nodeInf} {
+		informersDone.Go(func() { inf.RunWithContext(ctx) })
+	}
 
 	log.Info("Listing Services, EndpointSlices and this Node", "node", s.cfg.NodeName, "selector", s.selector.String())
 	if !cache.WaitForCacheSync(ctx.Done(), regs...) {

@@ -245,13 +245,13 @@ func TestSourceReportsRejection(t *testing.T) {
 		t.Fatalf("no Event for a Service with a bad annotation after %v", waitBound)
 	}
 	// A change that keeps the same rejection sends nothing more.
-	bad.Labels = map[string]string{"touched": "yes"}
+	bad.Spec.PublishNotReadyAddresses = true
 	if _, err := client.CoreV1().Services(testNS).Update(ctx, bad, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "label change seen", func() bool {
+	waitUntil(t, "spec change seen", func() bool {
 		obj := src.lookup(model.ServiceKey{Namespace: testNS, Name: "rtp"})
-		return obj != nil && obj.Labels["touched"] == "yes"
+		return obj != nil && obj.Spec.PublishNotReadyAddresses
 	})
 	// Deleting the Service empties the model; then no Event can be pending for it.
 	if err := client.CoreV1().Services(testNS).Delete(ctx, "rtp", metav1.DeleteOptions{}); err != nil {

@@ -2,13 +2,16 @@ package k8s
 
 import (
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
-// slim is the informers' transform: it keeps, of each object, only what the model, the
+// slimmer is the informers' transform: it keeps, of each object, only what the model, the
 // rejection Events and the drain check read, before the object enters the informer's cache
 // (which the Tracker shares: one copy per object, not two). At 10,000 Services the caches are
 // a large part of the daemon's memory, and in real clusters most of an object is bookkeeping
@@ -18,33 +21,55 @@ import (
 // alone.
 //
 // What stays: names, namespace, UID, resourceVersion and creationTimestamp (informer
-// bookkeeping, Event references, conflict order); a Service's labels (the service-proxy-name
-// rule), the annotations nftproxy and Kubernetes' service.kubernetes.io/ keys define, its spec
-// except the selector and its status.loadBalancer; a slice's service-name label, its
-// last-change-trigger-time annotation (the programming latency starts there), address type,
-// ports and endpoints (addresses, conditions, node, zone, hints); a Node's labels (zone),
-// addresses, taints and deletion timestamp.
-func slim(obj any) (any, error) {
+// bookkeeping, Event references, conflict order); a Service's service-proxy-name label (the
+// only label the model reads), its nftproxy.io/ annotations (the only ones it reads: cloud
+// load-balancer annotations and the like go), its spec except the selector and its
+// status.loadBalancer; a slice's service-name label, its last-change-trigger-time annotation
+// (the programming latency starts there), address type, ports and, of each endpoint, what the
+// model reads (see slimEndpoint); a Node's labels (zone), addresses, taints and deletion
+// timestamp.
+//
+// Endpoints are most of what the caches hold (100,000 at 10,000 Services of 10), so they are
+// also packed: the endpoint array is cut to its length (the protobuf decoder grows it by
+// doubling: room for 16 of 10), the condition pointers point at one shared true and one shared
+// false, and node names and zones, repeated across every endpoint on a node, share one *string.
+// Cached objects are read-only for everyone (client-go's rule), so sharing is safe.
+type slimmer struct {
+	yes, no bool // the shared condition values: yes is true, no stays false
+	mu      sync.Mutex
+	names   map[string]*string // interned node names and zones; reset when it holds maxInterned
+}
+
+// maxInterned bounds the interned names. A cluster's node names and zones fit many times over;
+// a table that fills up (nodes replaced for months) is dropped and rebuilt, which costs only
+// the sharing of the names seen before.
+const maxInterned = 4096
+
+func newSlimmer() *slimmer {
+	return &slimmer{yes: true, names: map[string]*string{}}
+}
+
+// transform is the cache.TransformFunc.
+func (sl *slimmer) transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
 		slimMeta(&o.ObjectMeta)
+		o.Labels = only(o.Labels, annotation.ServiceProxyNameLabel)
 		o.Annotations = keepAnnotations(o.Annotations)
 		o.Spec.Selector = nil
 		o.Status.Conditions = nil
 	case *discoveryv1.EndpointSlice:
 		slimMeta(&o.ObjectMeta)
-		o.Annotations = keepTriggerTime(o.Annotations)
-		if name, ok := o.Labels[discoveryv1.LabelServiceName]; ok {
-			if len(o.Labels) > 1 {
-				o.Labels = map[string]string{discoveryv1.LabelServiceName: name}
-			}
-		} else {
-			o.Labels = nil
+		o.Labels = only(o.Labels, discoveryv1.LabelServiceName)
+		o.Annotations = only(o.Annotations, corev1.EndpointsLastChangeTriggerTime)
+		if cap(o.Endpoints) > len(o.Endpoints) {
+			o.Endpoints = append([]discoveryv1.Endpoint(nil), o.Endpoints...)
 		}
+		sl.mu.Lock()
 		for i := range o.Endpoints {
-			e := &o.Endpoints[i]
-			e.TargetRef, e.Hostname, e.DeprecatedTopology = nil, nil, nil
+			sl.slimEndpoint(&o.Endpoints[i])
 		}
+		sl.mu.Unlock()
 	case *corev1.Node:
 		slimMeta(&o.ObjectMeta)
 		o.Annotations = nil
@@ -55,34 +80,79 @@ func slim(obj any) (any, error) {
 	return obj, nil
 }
 
+// slimEndpoint keeps what the model reads of an endpoint (model.parseEndpoint): the first
+// address (upstream proxies use only that one), the three conditions, the node name, the zone
+// and the zones of the hints; targetRef, hostname, deprecatedTopology and node hints go. Called
+// with sl.mu held.
+func (sl *slimmer) slimEndpoint(e *discoveryv1.Endpoint) {
+	e.TargetRef, e.Hostname, e.DeprecatedTopology = nil, nil, nil
+	if len(e.Addresses) > 1 {
+		e.Addresses = []string{e.Addresses[0]}
+	}
+	c := &e.Conditions
+	c.Ready, c.Serving, c.Terminating = sl.condition(c.Ready), sl.condition(c.Serving), sl.condition(c.Terminating)
+	e.NodeName, e.Zone = sl.intern(e.NodeName), sl.intern(e.Zone)
+	if e.Hints != nil {
+		if len(e.Hints.ForZones) == 0 {
+			e.Hints = nil
+		} else {
+			e.Hints.ForNodes = nil
+		}
+	}
+}
+
+// condition returns the shared pointer of p's value (nil stays nil: unknown).
+func (sl *slimmer) condition(p *bool) *bool {
+	switch {
+	case p == nil:
+		return nil
+	case *p:
+		return &sl.yes
+	}
+	return &sl.no
+}
+
+// intern returns the shared pointer of p's value (nil stays nil). Called with sl.mu held.
+func (sl *slimmer) intern(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	if q, ok := sl.names[*p]; ok {
+		return q
+	}
+	if len(sl.names) >= maxInterned {
+		clear(sl.names)
+	}
+	sl.names[*p] = p
+	return p
+}
+
 // slimMeta drops the metadata no proxy reads.
 func slimMeta(m *metav1.ObjectMeta) {
 	m.ManagedFields, m.OwnerReferences, m.Finalizers, m.GenerateName = nil, nil, nil, ""
 }
 
-// keepTriggerTime returns a slice's annotations reduced to the trigger time the EndpointSlice
-// controller writes (nil when absent): the network-programming latency is measured from it.
-func keepTriggerTime(a map[string]string) map[string]string {
-	v, ok := a[corev1.EndpointsLastChangeTriggerTime]
-	if !ok {
+// only returns m reduced to key (nil when key is absent), reusing m when it holds nothing else.
+func only(m map[string]string, key string) map[string]string {
+	v, ok := m[key]
+	switch {
+	case !ok:
 		return nil
+	case len(m) == 1:
+		return m
 	}
-	if len(a) == 1 {
-		return a
-	}
-	return map[string]string{corev1.EndpointsLastChangeTriggerTime: v}
+	return map[string]string{key: v}
 }
 
-// keptAnnotationPrefixes are the Service annotations the model may read: nftproxy's own and
-// Kubernetes' service.kubernetes.io/ keys (topology mode and hints among them).
-var keptAnnotationPrefixes = []string{"nftproxy.io/", "service.kubernetes.io/", "service.beta.kubernetes.io/"}
+// keptAnnotationPrefix is the prefix of the Service annotations the model reads: nftproxy's own.
+const keptAnnotationPrefix = "nftproxy.io/"
 
-// keepAnnotations returns the annotations under keptAnnotationPrefixes (nil when none), reusing
+// keepAnnotations returns the annotations under keptAnnotationPrefix (nil when none), reusing
 // the map when nothing is dropped.
 func keepAnnotations(a map[string]string) map[string]string {
 	drop := 0
 	for k := range a {
-		if !keptAnnotation(k) {
+		if !strings.HasPrefix(k, keptAnnotationPrefix) {
 			drop++
 		}
 	}
@@ -94,18 +164,9 @@ func keepAnnotations(a map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(a)-drop)
 	for k, v := range a {
-		if keptAnnotation(k) {
+		if strings.HasPrefix(k, keptAnnotationPrefix) {
 			out[k] = v
 		}
 	}
 	return out
-}
-
-func keptAnnotation(k string) bool {
-	for _, p := range keptAnnotationPrefixes {
-		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
 }

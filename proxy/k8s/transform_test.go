@@ -45,6 +45,8 @@ func heavyServices() []*corev1.Service {
 		s.Spec.Selector = map[string]string{"app": name}
 		s.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ok"}}
 		bookkeeping(&s.ObjectMeta, strings.Repeat("x", 2000))
+		s.Annotations["service.kubernetes.io/topology-mode"] = "Auto"
+		s.Annotations["service.beta.kubernetes.io/aws-load-balancer-type"] = "nlb"
 		return s
 	}
 	ranges := base("rtp")
@@ -70,14 +72,23 @@ func heavySlice(svc string) *discoveryv1.EndpointSlice {
 	s.Labels["app"] = svc
 	s.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:00Z", "example.com/other": strings.Repeat("x", 100)}
 	bookkeeping(&s.ObjectMeta, strings.Repeat("y", 500))
-	node, zone, host, yes := testNode, "zone-a", "pod-1", true
+	// Endpoints as the protobuf decoder leaves them: room for more, every field a pointer of
+	// its own; a second address (dual-stack pods list it; the model reads the first); the
+	// second endpoint terminating, the third with node hints only.
+	s.Endpoints = append(make([]discoveryv1.Endpoint, 0, 4), s.Endpoints...)
+	s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.128.13"}})
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]
+		node, zone, host, ready, terminating := testNode, "zone-a", "pod-1", i != 1, i == 1
 		e.NodeName, e.Zone, e.Hostname = &node, &zone, &host
-		e.Conditions = discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes}
+		e.Addresses = append(e.Addresses, "fd00:18::"+strings.Repeat("1", i+1))
+		e.Conditions = discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready, Terminating: &terminating}
 		e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: testNS, Name: "web-abc", UID: "pod-uid"}
 		e.DeprecatedTopology = map[string]string{"kubernetes.io/hostname": node}
-		e.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: zone}}}
+		e.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: zone}}, ForNodes: []discoveryv1.ForNode{{Name: node}}}
+		if i == 2 {
+			e.Hints.ForZones = nil
+		}
 	}
 	return s
 }
@@ -111,8 +122,9 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 	for _, svc := range heavyServices() {
 		sl := heavySlice(svc.Name)
 		want := model.FromService(svc, []*discoveryv1.EndpointSlice{sl})
+		slim := newSlimmer().transform
 		slimSvc, _ := slim(svc.DeepCopy())
-		slimSlice, _ := slim(sl.DeepCopy())
+		slimSlice, _ := slim(heavySlice(svc.Name))
 		got := model.FromService(slimSvc.(*corev1.Service), []*discoveryv1.EndpointSlice{slimSlice.(*discoveryv1.EndpointSlice)})
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: model of the slimmed objects\n got %+v\nwant %+v", svc.Name, got.Service, want.Service)
@@ -125,6 +137,14 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 		if o, s := jsonSize(t, svc)+jsonSize(t, sl), jsonSize(t, slimSvc)+jsonSize(t, slimSlice); s*3 > o {
 			t.Errorf("%s: slimmed Service and slice take %d bytes of JSON, want under a third of %d", svc.Name, s, o)
 		}
+		for k := range slimSvc.(*corev1.Service).Annotations {
+			if !strings.HasPrefix(k, "nftproxy.io/") {
+				t.Errorf("%s: slimmed Service keeps annotation %s, which the model does not read", svc.Name, k)
+			}
+		}
+		if g, w := slimSvc.(*corev1.Service).Labels, svc.Labels[annotation.ServiceProxyNameLabel]; len(g) > 1 || g[annotation.ServiceProxyNameLabel] != w {
+			t.Errorf("%s: labels of the slimmed Service: got %v, want only the service-proxy-name label (%q)", svc.Name, g, w)
+		}
 		if g, w := slimSlice.(*discoveryv1.EndpointSlice).Annotations, map[string]string{corev1.EndpointsLastChangeTriggerTime: sl.Annotations[corev1.EndpointsLastChangeTriggerTime]}; !reflect.DeepEqual(g, w) {
 			t.Errorf("%s: annotations of the slimmed slice: got %v, want only the trigger time %v", svc.Name, g, w)
 		}
@@ -132,9 +152,14 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 		if !reflect.DeepEqual(again, slimSvc) {
 			t.Errorf("%s: slim is not idempotent", svc.Name)
 		}
+		if again, _ := slim(slimSlice.(*discoveryv1.EndpointSlice).DeepCopy()); !reflect.DeepEqual(again, slimSlice) {
+			t.Errorf("%s: slim is not idempotent on the slice", svc.Name)
+		}
+		checkPackedEndpoints(t, svc.Name, slimSlice.(*discoveryv1.EndpointSlice).Endpoints)
 	}
 
 	n := heavyNode()
+	slim := newSlimmer().transform
 	s, _ := slim(n.DeepCopy())
 	slimNode := s.(*corev1.Node)
 	if g, w := NodeDraining(slimNode), NodeDraining(n); g != w || w == "" {
@@ -157,6 +182,27 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 	}
 }
 
+// checkPackedEndpoints: the endpoints of a slimmed slice keep one address, no targetRef, hostname,
+// topology or node hints, share their condition and node-name pointers and fill their array.
+func checkPackedEndpoints(t *testing.T, name string, eps []discoveryv1.Endpoint) {
+	t.Helper()
+	if cap(eps) != len(eps) {
+		t.Errorf("%s: endpoint array of %d has room for %d", name, len(eps), cap(eps))
+	}
+	for i := range eps {
+		e, first := &eps[i], &eps[0]
+		if len(e.Addresses) != 1 || e.TargetRef != nil || e.Hostname != nil || e.DeprecatedTopology != nil || (e.Hints != nil && e.Hints.ForNodes != nil) {
+			t.Errorf("%s: endpoint %d keeps what the model does not read: %+v", name, i, e)
+		}
+		if e.NodeName != first.NodeName || e.Zone != first.Zone {
+			t.Errorf("%s: endpoint %d: node name and zone not shared with endpoint 0", name, i)
+		}
+		if e.Conditions.Ready != first.Conditions.Ready && e.Conditions.Ready != first.Conditions.Terminating {
+			t.Errorf("%s: endpoint %d: ready condition not one of the shared pointers", name, i)
+		}
+	}
+}
+
 // TestSourceCachesSlimObjects: what the informers hold (and the Tracker shares) is the slimmed
 // object, not what the API server sent.
 func TestSourceCachesSlimObjects(t *testing.T) {
@@ -176,7 +222,7 @@ func TestSourceCachesSlimObjects(t *testing.T) {
 		t.Errorf("cached Service keeps what no proxy reads: annotations %v, managedFields %d, owners %d, selector %v",
 			keys, len(cached.ManagedFields), len(cached.OwnerReferences), cached.Spec.Selector)
 	}
-	if got := endpointsOf(tr, svc.Name); len(got) != 2 {
-		t.Errorf("endpoints of %s in the model: got %v, want 2", svc.Name, got)
+	if got := endpointsOf(tr, svc.Name); len(got) != 3 {
+		t.Errorf("endpoints of %s in the model: got %v, want 3", svc.Name, got)
 	}
 }
