@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,12 +94,49 @@ func createService(ctx context.Context, cs kubernetes.Interface, svc *corev1.Ser
 		if got, gerr := cs.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{}); gerr == nil && got.Spec.ClusterIP == svc.Spec.ClusterIP {
 			return nil
 		}
+		if leaked, lerr := releaseLeakedIP(ctx, cs, svc.Spec.ClusterIP, err); lerr != nil {
+			return fmt.Errorf("%w; %v", err, lerr)
+		} else if leaked {
+			continue // the address is free again: create the Service once more
+		}
 		if !transient(err) {
 			return err
 		}
 		time.Sleep(time.Duration(i+1) * 500 * time.Millisecond)
 	}
 	return fmt.Errorf("%w (after %d attempts)", err, createAttempts)
+}
+
+// releaseLeakedIP handles a create refused because its ClusterIP is "already allocated" when no
+// Service holds it: the API server's allocator (IPAddress objects, 1.33 and later) can keep the
+// address of a create that timed out and was never stored, for minutes, until its repair loop
+// runs (seen while loading 10k Services on 2 cores). It deletes the IPAddress when the Service
+// its parentRef names does not exist, and reports whether it did; an address held by another
+// Service is an error naming it.
+func releaseLeakedIP(ctx context.Context, cs kubernetes.Interface, ip string, createErr error) (bool, error) {
+	if ip == "" || !apierrors.IsInvalid(createErr) || !strings.Contains(createErr.Error(), "already allocated") {
+		return false, nil
+	}
+	a, err := cs.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil // released meanwhile
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up IPAddress %s: %w", ip, err)
+	}
+	ref := a.Spec.ParentRef
+	if ref == nil || ref.Resource != "services" {
+		return false, fmt.Errorf("IPAddress %s is held by %+v", ip, ref)
+	}
+	if _, err := cs.CoreV1().Services(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{}); err == nil {
+		return false, fmt.Errorf("IPAddress %s is held by Service %s/%s", ip, ref.Namespace, ref.Name)
+	} else if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	if err := cs.NetworkingV1().IPAddresses().Delete(ctx, ip, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("release leaked IPAddress %s (of Service %s/%s, which does not exist): %w", ip, ref.Namespace, ref.Name, err)
+	}
+	return true, nil
 }
 
 // transient errors are worth another try: the API server was busy, not the request wrong.

@@ -3,9 +3,11 @@ package peers
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,5 +44,46 @@ func TestCreateServiceStoredByAnEarlierAttempt(t *testing.T) {
 	})
 	if err := CreateService(context.Background(), cs2, s); err == nil {
 		t.Error("CreateService succeeded when the Service was not stored")
+	}
+}
+
+// TestCreateServiceReleasesALeakedIP: the create is refused because an IPAddress holds the
+// ClusterIP for a Service that does not exist (the allocator kept the address of a create that
+// timed out and was never stored): the leaked address is released and the create tried again.
+// An address held by an existing Service stays an error that names it.
+func TestCreateServiceReleasesALeakedIP(t *testing.T) {
+	const ip = "198.19.35.17"
+	refused := func(cs *fake.Clientset) {
+		cs.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			// The tracker, not the clientset: a reactor runs under the clientset's lock.
+			if _, err := cs.Tracker().Get(networkingv1.SchemeGroupVersion.WithResource("ipaddresses"), "", ip); err != nil {
+				return false, nil, nil // free: the default reactor stores the Service
+			}
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, "p", field.ErrorList{
+				field.Invalid(field.NewPath("spec", "clusterIPs"), []string{ip}, "failed to allocate IP "+ip+": provided IP is already allocated")})
+		})
+	}
+	held := func(ns, name string) *networkingv1.IPAddress {
+		return &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: ip},
+			Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: ns, Name: name}}}
+	}
+	s := ProbeService("p", netip.MustParseAddr(ip), netip.MustParseAddr("198.18.15.1"))
+
+	cs := fake.NewSimpleClientset(held(ProbeNamespace, "p"))
+	refused(cs)
+	if err := CreateService(context.Background(), cs, s); err != nil {
+		t.Fatalf("CreateService with a leaked address: %v", err)
+	}
+	if _, err := cs.CoreV1().Services(ProbeNamespace).Get(context.Background(), "p", metav1.GetOptions{}); err != nil {
+		t.Errorf("the Service was not created after the address was released: %v", err)
+	}
+
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}}
+	cs2 := fake.NewSimpleClientset(held("default", "other"), other)
+	refused(cs2)
+	if err := CreateService(context.Background(), cs2, s); err == nil {
+		t.Error("CreateService succeeded while another Service holds the address")
+	} else if !strings.Contains(err.Error(), "default/other") {
+		t.Errorf("error %q does not name the Service holding the address", err)
 	}
 }
