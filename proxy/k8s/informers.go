@@ -57,9 +57,10 @@ func (s *Source) newInformers() (informers, error) {
 				return core.Nodes().Watch(ctx, o)
 			}),
 	}
-	// Watch events, and list items a second time (idempotent and cheap on a slimmed object).
+	// Watch events, and list items a second time (idempotent and cheap on a slimmed object);
+	// the slice informer keeps the model's parsed form (sl.store).
 	for _, inf := range []cache.SharedIndexInformer{infs.services, infs.slices, infs.node} {
-		if err := inf.SetTransform(sl.transform); err != nil {
+		if err := inf.SetTransform(sl.store); err != nil {
 			return informers{}, err
 		}
 	}

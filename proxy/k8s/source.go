@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
@@ -291,7 +292,11 @@ func serviceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandle
 
 func sliceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler {
 	upsert := func(obj any) {
-		if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		switch s := obj.(type) {
+		case *parsedSlice:
+			tr.UpsertParsedEndpointSlice(s.parsed)
+			changed()
+		case *discoveryv1.EndpointSlice:
 			tr.UpsertEndpointSlice(s)
 			changed()
 		}
@@ -300,8 +305,8 @@ func sliceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler 
 		AddFunc:    func(obj any) { upsert(obj) },
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			if s, ok := tombstone(obj).(*discoveryv1.EndpointSlice); ok {
-				tr.DeleteEndpointSlice(s.Namespace, s.Name)
+			if s, ok := tombstone(obj).(metav1.Object); ok {
+				tr.DeleteEndpointSlice(s.GetNamespace(), s.GetName())
 				changed()
 			}
 		},

@@ -226,3 +226,36 @@ func TestSourceCachesSlimObjects(t *testing.T) {
 		t.Errorf("endpoints of %s in the model: got %v, want 3", svc.Name, got)
 	}
 }
+
+// TestStoreKeepsTheParsedSlice: the slice informer keeps a slice as its metadata and the model's
+// parsed form of the original (the same as parsing the API object), once: storing it again, or
+// a cache's deep copy, shares the parsed form.
+func TestStoreKeepsTheParsedSlice(t *testing.T) {
+	for _, svc := range heavyServices() {
+		orig := heavySlice(svc.Name)
+		orig.ResourceVersion = "42"
+		want := model.ParseEndpointSlice(orig.DeepCopy())
+		st := newSlimmer().store
+		got, err := st(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := got.(*parsedSlice)
+		if !ok {
+			t.Fatalf("%s: store gave %T, want *parsedSlice", svc.Name, got)
+		}
+		if !reflect.DeepEqual(p.parsed, want) {
+			t.Errorf("%s: parsed slice\n got %+v\nwant %+v", svc.Name, p.parsed, want)
+		}
+		if p.Namespace != orig.Namespace || p.Name != orig.Name || p.ResourceVersion != "42" {
+			t.Errorf("%s: metadata %s/%s@%s, want %s/%s@42", svc.Name, p.Namespace, p.Name, p.ResourceVersion, orig.Namespace, orig.Name)
+		}
+		if len(p.Labels)+len(p.Annotations)+len(p.ManagedFields) > 0 {
+			t.Errorf("%s: the stored metadata keeps labels, annotations or managed fields", svc.Name)
+		}
+		again, _ := st(p)
+		if c := p.DeepCopyObject().(*parsedSlice); again != p || c.parsed != p.parsed {
+			t.Errorf("%s: storing again or deep-copying made another parsed form", svc.Name)
+		}
+	}
+}
