@@ -284,7 +284,20 @@ func kernelCheckPackedDump(t *testing.T, k *Kernel, rs *Ruleset) {
 		slices.Sort(want)
 		slices.Sort(got[set])
 		if !slices.Equal(got[set], want) {
-			t.Errorf("set %s: DumpPacked read\n%q\nwant (Dump's, packed)\n%q", set, got[set], want)
+			for name, l := range map[string][]string{"DumpPacked": got[set], "Dump": want} {
+				for i := 1; i < len(l); i++ {
+					if l[i] == l[i-1] {
+						t.Errorf("%s read %q twice", name, l[i])
+					}
+				}
+			}
+			for i := range min(len(want), len(got[set])) {
+				if got[set][i] != want[i] {
+					t.Errorf("set %s: %d elements, want %d; first difference at %d: %q, want %q", set, len(got[set]), len(want), i, got[set][i], want[i])
+					break
+				}
+			}
+			t.Errorf("set %s: DumpPacked read\n%q\nwant (Dump's, packed)\n%q", set, got[set][:min(3, len(got[set]))], want[:min(3, len(want))])
 		}
 	}
 	if !reflect.DeepEqual(ps.Chains, rs.Chains) || !reflect.DeepEqual(ps.Sets, rs.Sets) || len(ps.Rules) != len(rs.Rules) {
