@@ -7,11 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/metrics"
 	"runtime/pprof"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +25,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // TestMemoryProfile is a measurement, not a check: it loads the bench workload (N Services × E
@@ -45,22 +42,7 @@ func TestMemoryProfile(t *testing.T) {
 	if out == "" {
 		t.Skip("a measurement: set NFTPROXY_MEMPROFILE=DIR (heap profiles are written there)")
 	}
-	services := 10000
-	if s := os.Getenv("NFTPROXY_MEMPROFILE_SERVICES"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("NFTPROXY_MEMPROFILE_SERVICES=%q: %v", s, err)
-		}
-		services = n
-	}
-	endpoints := 10
-	if s := os.Getenv("NFTPROXY_MEMPROFILE_ENDPOINTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("NFTPROXY_MEMPROFILE_ENDPOINTS=%q: %v", s, err)
-		}
-		endpoints = n
-	}
+	services, endpoints := tier.EnvInt(t, "NFTPROXY_MEMPROFILE_SERVICES", 10000), tier.EnvInt(t, "NFTPROXY_MEMPROFILE_ENDPOINTS", 10)
 	dir := t.TempDir()
 	writeWorkload(t, dir, services, endpoints)
 
@@ -81,8 +63,8 @@ func TestMemoryProfile(t *testing.T) {
 	runtime.MemProfileRate = 64 << 10
 	runtime.GC()
 	debug.FreeOSMemory()
-	resetPeakRSS(t)
-	stop := samplePeakHeap()
+	tier.ResetPeakRSS(t, "writing the workload")
+	stop := tier.SamplePeakHeap()
 
 	start := time.Now()
 	a, err := nodeport.New(nodeport.Config{NodePortRange: allocator.MustParseRange("30000-60000")}, logr.Discard())
@@ -97,7 +79,7 @@ func TestMemoryProfile(t *testing.T) {
 	}
 	loaded := time.Since(start)
 	loadPeak := stop()
-	stop = samplePeakHeap()
+	stop = tier.SamplePeakHeap()
 	// Both families, as the daemon's default --ip-families.
 	var builders []*ruleset.Builder
 	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
@@ -114,7 +96,7 @@ func TestMemoryProfile(t *testing.T) {
 	}
 	synced := time.Since(start)
 	peakHeap := stop()
-	hwm := peakRSS(t)
+	hwm := tier.PeakRSS(os.Getpid())
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -133,13 +115,11 @@ func TestMemoryProfile(t *testing.T) {
 		t.Logf("%s table: %d chains, %d rules, %d sets, %d elements", fam, c.Chains, c.Rules, c.Sets, c.Elements)
 	}
 	t.Logf("live heap after the sync (HeapInuse after GC): %.1f MB, of which objects (HeapAlloc) %.1f MB; peak heap in use (sampled every 2 ms) while loading %.1f MB, while syncing %.1f MB; peak RSS (VmHWM): %s; GC cycles %d; GOGC %q, GOMEMLIMIT %q",
-		mb(ms.HeapInuse), mb(ms.HeapAlloc), mb(loadPeak), mb(peakHeap), hwm, ms.NumGC, os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"))
+		tier.MiB(ms.HeapInuse), tier.MiB(ms.HeapAlloc), tier.MiB(loadPeak), tier.MiB(peakHeap), hwm, ms.NumGC, os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"))
 	t.Logf("heap profile: go tool pprof -sample_index=inuse_space -top %s", filepath.Join(out, "heap.pprof"))
 	runtime.KeepAlive(p)
 	runtime.KeepAlive(pl)
 }
-
-func mb(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // writeWorkload writes what bench/cmd/manifests writes: the Node, then each Service and its
 // EndpointSlice, as one file of JSON documents.
@@ -166,57 +146,6 @@ func writeWorkload(t *testing.T, dir string, services, endpoints int) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// samplePeakHeap samples the heap in use (objects plus unused spans, HeapInuse) every 2 ms until
-// the returned function is called, which returns the largest value seen.
-func samplePeakHeap() func() uint64 {
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64() + s[1].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() uint64 {
-		close(done)
-		<-finished
-		return peak.Load()
-	}
-}
-
-// resetPeakRSS resets the process's VmHWM (writing 5 to clear_refs), so peakRSS measures the
-// load and sync only, not the workload's generation.
-func resetPeakRSS(t *testing.T) {
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Logf("VmHWM not reset (%v): peak RSS includes writing the workload", err)
-	}
-}
-
-func peakRSS(t *testing.T) string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown"
 }
 
 // acceptAll is a kernel that takes every transaction and holds nothing, for runs without root.
