@@ -66,22 +66,21 @@ func (ix *appliedIndex) each(fn func(id string, el *nft.Packed)) {
 	}
 }
 
-// put sets the element of id. el must not change afterwards.
-func (ix *appliedIndex) put(id string, el *nft.Packed) {
-	_, had := ix.elems.get(id)
-	if e, ok := ix.marked(id); ok {
+// put sets el as the element of its ID. el must not change afterwards.
+func (ix *appliedIndex) put(el *nft.Packed) {
+	had := !ix.elems.put(el)
+	if e, ok := ix.marked(el.ID()); ok {
 		e.applied, had = false, true
 	}
 	if !had {
 		ix.perSet[el.Set()]++
 	}
-	ix.elems.put(el)
 }
 
 // putEntry sets the element of id to the linked index's entry e (its current entry of id).
 func (ix *appliedIndex) putEntry(id string, e *elemEntry) {
 	if ix.linked == nil {
-		ix.put(id, &e.el)
+		ix.put(&e.el)
 		return
 	}
 	_, had := ix.elems.get(id)
@@ -147,7 +146,7 @@ func (ix *appliedIndex) addDump(rs *nft.Ruleset) {
 		ps := make([]nft.Packed, len(els)) // one allocation per set for the packings' headers
 		for i := range els {
 			ps[i] = nft.Pack(&els[i])
-			ix.put(ps[i].ID(), &ps[i])
+			ix.put(&ps[i])
 		}
 	}
 }
@@ -167,5 +166,5 @@ func (ix *appliedIndex) putRead(p nft.Packed) {
 	}
 	q := new(nft.Packed)
 	*q = p
-	ix.put(q.ID(), q)
+	ix.put(q)
 }

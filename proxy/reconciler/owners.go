@@ -118,7 +118,16 @@ func (r *Reconciler) ownerOf(op nft.Op) (Owner, bool) {
 // owner wants it. That is one pass over the records for all of ops, on this failure path alone.
 func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 	owners, owned = make([]Owner, len(ops)), make([]bool, len(ops))
-	elems := map[*table]map[string][]int{} // element ID → the ops acting on it
+	elems := map[*table]map[string][]int{}         // element ID → the ops acting on it
+	wanted := func(tb *table, id string, op int) { // an element op, traced if the element is wanted
+		if _, ok := tb.desired.elems.get(id); !ok {
+			return
+		}
+		if elems[tb] == nil {
+			elems[tb] = map[string][]int{}
+		}
+		elems[tb][id] = append(elems[tb][id], op)
+	}
 	for i, op := range ops {
 		var tb *table
 		for _, t := range r.tables {
@@ -138,20 +147,10 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 			}
 		case *nft.Set:
 			owners[i], owned[i] = ownerIn(tb.setOwner, o.Name)
-		case *nft.Element, *nft.Packed:
-			var id string
-			if p, ok := o.(*nft.Packed); ok {
-				id = p.ID()
-			} else {
-				id = ElementID(o.(*nft.Element))
-			}
-			if _, ok := tb.desired.elems.get(id); !ok {
-				continue
-			}
-			if elems[tb] == nil {
-				elems[tb] = map[string][]int{}
-			}
-			elems[tb][id] = append(elems[tb][id], i)
+		case *nft.Packed:
+			wanted(tb, o.ID(), i)
+		case *nft.Element:
+			wanted(tb, ElementID(o), i)
 		}
 	}
 	for tb, ids := range elems {

@@ -31,13 +31,18 @@ func protoNumber(p model.Protocol) (uint8, bool) {
 // Config.NodeName.
 func (b *Builder) Service(node *model.Node, svc *model.Service) reconciler.Fragment {
 	var f reconciler.Fragment
+	b.service(&f, node, svc)
+	return f
+}
+
+// service adds svc's ports to f (nothing for a rejected Service).
+func (b *Builder) service(f *reconciler.Fragment, node *model.Node, svc *model.Service) {
 	if svc == nil || svc.Rejected != nil {
-		return f
+		return
 	}
 	for i := range svc.Ports {
-		b.servicePort(&f, node, &svc.Ports[i])
+		b.servicePort(f, node, &svc.Ports[i])
 	}
-	return f
 }
 
 // ServiceScratch is Service building the fragment's elements in memory the builder reuses: its
@@ -50,11 +55,7 @@ func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) reconcile
 	b.sc.on, b.sc.vals, b.sc.eps = true, b.sc.vals[:0], b.sc.eps[:0]
 	defer func() { b.sc.on = false }()
 	f := reconciler.Fragment{Elements: b.sc.elems[:0]}
-	if svc != nil && svc.Rejected == nil {
-		for i := range svc.Ports {
-			b.servicePort(&f, node, &svc.Ports[i])
-		}
-	}
+	b.service(&f, node, svc)
 	b.sc.elems = f.Elements[:0]
 	if len(f.Elements) == 0 {
 		f.Elements = nil // as Service's: an empty fragment removes its owner
