@@ -30,7 +30,7 @@ const (
 // NewDrift creates the drift counter and registers it on reg.
 func NewDrift(reg prometheus.Registerer) (*Drift, error) {
 	m := &Drift{suspected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: DriftSuspected,
-		Help: "Full verifications started because nftables events showed another process changing nftproxy's tables (cause foreign_change) or were lost (events_lost)."}, []string{"cause"})}
+		Help: "Full verifications started because nftables events showed another process changing nftproxy's tables (cause foreign_change) or may have been missed (events_lost: the event socket overflowed, or another batch was committed while a large batch of nftproxy's was applied with the event socket out of the group)."}, []string{"cause"})}
 	m.suspected.WithLabelValues(DriftForeignChange)
 	m.suspected.WithLabelValues(DriftEventsLost)
 	if err := reg.Register(m.suspected); err != nil {

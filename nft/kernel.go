@@ -25,6 +25,11 @@ type Kernel struct {
 	sets map[Table]map[string]Set
 	// setReads counts set read-backs, for tests.
 	setReads int
+	// watcher is the Watcher that ignores this Kernel's commits (NewWatcher's own), if any: a
+	// large batch is applied with it out of the event group (applyUnwatched).
+	watcher *Watcher
+	// unwatchedHook, when set (tests), runs while the watcher is out of the event group.
+	unwatchedHook func()
 }
 
 var _ Interface = (*Kernel)(nil)
@@ -74,6 +79,62 @@ func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	if len(tx.Ops) == 0 {
 		return st, nil
 	}
+	if w := k.watcher; w != nil && len(tx.Ops) >= unwatchedOps {
+		return k.applyUnwatched(ctx, tx, w)
+	}
+	return k.apply(ctx, tx)
+}
+
+// unwatchedOps is the size from which a batch is applied with the Watcher out of the event
+// group. The kernel builds an event for every object a batch changes as soon as anyone listens,
+// and ours are only read to be dropped: a 10k-Service full sync (228k elements) took the
+// kernel 3.5 s with our Watcher listening and 0.65 s without (bench/syncs TestDriftMeasure).
+// Below this size the events cost less than leaving and rejoining the group and the two
+// generation reads.
+const unwatchedOps = 1024
+
+// applyUnwatched applies tx while w is out of the nftables event group, so the kernel builds no
+// event for it (unless some other process listens). What w cannot see meanwhile is accounted
+// for by the ruleset generation, which every committed batch of the namespace increments: read
+// before leaving and after rejoining, it must have moved by our batch alone; any other batch
+// committed in between, to whatever table, is reported as Foreign{Unwatched: true}, and the
+// caller verifies its tables. A batch committed just before leaving is also counted (its events
+// were read too): a needless verification, never a missed change. If the generation cannot be
+// read or the group cannot be left, tx is applied watched.
+func (k *Kernel) applyUnwatched(ctx context.Context, tx *Transaction, w *Watcher) (Stats, error) {
+	before, err := k.Generation(ctx)
+	if err != nil || w.leave() != nil {
+		return k.apply(ctx, tx)
+	}
+	if k.unwatchedHook != nil {
+		k.unwatchedHook()
+	}
+	st, err := k.apply(ctx, tx)
+	joinErr := w.join()
+	after, genErr := k.Generation(ctx)
+	// A refused batch commits nothing, so the generation must not have moved; an error after
+	// which our commit is uncertain is verified like any other unexplained move.
+	want := before
+	if err == nil {
+		want = nextGeneration(before)
+	}
+	if joinErr != nil || genErr != nil || after != want {
+		w.missed(joinErr)
+	}
+	return st, err
+}
+
+// nextGeneration is the generation after g: the kernel skips 0 when its counter wraps.
+func nextGeneration(g uint32) uint32 {
+	if g++; g == 0 {
+		g = 1
+	}
+	return g
+}
+
+// apply encodes and sends tx as one batch and reads the kernel's verdict.
+func (k *Kernel) apply(ctx context.Context, tx *Transaction) (Stats, error) {
+	st := Stats{Ops: len(tx.Ops)}
 	b, err := k.encode(ctx, tx)
 	if err != nil {
 		return st, err

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/mdlayher/socket"
 	"golang.org/x/sys/unix"
@@ -27,11 +29,16 @@ type Foreign struct {
 	// Overflow is set when the event socket dropped events (ENOBUFS): which tables changed is
 	// unknown, so the caller must verify all of them.
 	Overflow bool
+	// Unwatched is set when another batch was committed while the Watcher was out of the event
+	// group for one of our own large batches (Kernel.Apply): which tables it changed is
+	// unknown, so the caller must verify all of them.
+	Unwatched bool
 }
 
 // DefaultWatchBuffer is the event socket's receive buffer. The kernel queues a batch's events
-// all at once when it commits, our own included (they are filtered here, not by the kernel),
-// and one 10k-Service full sync queues about 20 MiB of them (TestKernelWatchMeasure); a larger
+// all at once when it commits, our own small batches included (they are filtered here, not by
+// the kernel; our large ones are applied unwatched, see Kernel.applyUnwatched), and another
+// writer's 10k-Service table queues about 20 MiB of them (TestKernelWatchMeasure); a larger
 // burst overflows, which is reported as Foreign{Overflow: true}. The buffer is a limit, not an
 // allocation: an idle socket holds nothing.
 const DefaultWatchBuffer = 64 << 20
@@ -39,14 +46,25 @@ const DefaultWatchBuffer = 64 << 20
 // Watcher reads nftables' netlink events (multicast group NFNLGRP_NFTABLES) and reports the
 // changes other processes make to a few tables. Our own commits are recognised by the netlink
 // port of the Kernel that sends them (the kernel stamps every event with the committing
-// socket's port ID), so they cost the reader a parse and nothing else. Changes to other tables
-// (another writer's inet filter) are ignored. While nothing commits, the Watcher sleeps in
-// recvmsg: detecting drift costs nothing when nothing changes.
+// socket's port ID), so they cost the reader a parse and nothing else; the large ones are not
+// even produced (Kernel.applyUnwatched). Changes to other tables (another writer's inet
+// filter) are ignored. While nothing commits, the Watcher sleeps in recvmsg: detecting drift
+// costs nothing when nothing changes.
 type Watcher struct {
 	s     *socket.Conn
 	buf   []byte
 	msgs  []nlMsg // reused by Run: its messages alias buf
 	state watchState
+	// ownEvents counts the events of our own commits read (tests).
+	ownEvents atomic.Int64
+
+	// Set by Kernel.applyUnwatched (another goroutine) when a batch may have gone unseen; Run
+	// reports it. wake interrupts Run's recvmsg; rejoin is the error of a failed rejoin of the
+	// event group, which Run retries.
+	mu     sync.Mutex
+	miss   bool
+	rejoin error
+	wake   context.CancelFunc
 }
 
 // NewWatcher subscribes to nftables events in the namespace of opts (WithNetNS) and watches
@@ -85,8 +103,60 @@ func NewWatcher(tables []Table, own *Kernel, opts ...KernelOption) (*Watcher, er
 	if own != nil {
 		w.state.own = own.conn.pid
 		w.state.hasOwn = true
+		own.watcher = w
 	}
 	return w, nil
+}
+
+// leave and join take the socket out of the event group and back in.
+func (w *Watcher) leave() error {
+	return w.s.SetsockoptInt(unix.SOL_NETLINK, unix.NETLINK_DROP_MEMBERSHIP, unix.NFNLGRP_NFTABLES)
+}
+
+func (w *Watcher) join() error {
+	return w.s.SetsockoptInt(unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, unix.NFNLGRP_NFTABLES)
+}
+
+// missed tells Run that a batch may have gone unseen (and that rejoining the group failed, if
+// joinErr is set), waking it.
+func (w *Watcher) missed(joinErr error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.miss = true
+	if joinErr != nil {
+		w.rejoin = joinErr
+	}
+	if w.wake != nil {
+		w.wake()
+	}
+}
+
+// recvContext is the context of Run's next recvmsg: ctx, cancelled early by missed.
+func (w *Watcher) recvContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rctx, cancel := context.WithCancel(ctx)
+	w.wake = cancel
+	if w.miss {
+		cancel()
+	}
+	return rctx, cancel
+}
+
+// takeMissed returns whether a batch may have gone unseen since the last call, rejoining the
+// event group first if that had failed.
+func (w *Watcher) takeMissed() (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.miss
+	w.miss = false
+	if w.rejoin != nil {
+		if err := w.join(); err != nil {
+			return m, fmt.Errorf("rejoin the nftables event group (first attempt: %v): %w", w.rejoin, err)
+		}
+		w.rejoin = nil
+	}
+	return m, nil
 }
 
 // WithWatchBuffer sets the event socket's receive buffer in bytes (NewWatcher; default
@@ -99,13 +169,27 @@ func WithWatchBuffer(n int) KernelOption {
 func (w *Watcher) Close() error { return w.s.Close() }
 
 // Run reads events until ctx ends (it returns nil then) or the socket fails, calling fn for each
-// foreign change to the watched tables and for each overflow. fn runs on Run's goroutine and
+// foreign change to the watched tables, for each overflow and for each batch that may have been
+// committed while we applied one of ours unwatched. fn runs on Run's goroutine and
 // should not block for long: events queue in the socket meanwhile.
 func (w *Watcher) Run(ctx context.Context, fn func(Foreign)) error {
 	for {
-		n, _, _, _, err := w.s.Recvmsg(ctx, w.buf, nil, 0)
+		rctx, cancel := w.recvContext(ctx)
+		n, _, _, _, err := w.s.Recvmsg(rctx, w.buf, nil, 0)
+		woken := err != nil && rctx.Err() != nil // by missed: nothing was read
+		cancel()
 		if ctx.Err() != nil {
 			return nil
+		}
+		missed, jerr := w.takeMissed()
+		if missed {
+			fn(Foreign{Unwatched: true})
+		}
+		if jerr != nil {
+			return jerr
+		}
+		if woken {
+			continue
 		}
 		if errors.Is(err, unix.ENOBUFS) {
 			w.state.reset()
@@ -124,8 +208,12 @@ func (w *Watcher) Run(ctx context.Context, fn func(Foreign)) error {
 			continue
 		}
 		for _, m := range msgs {
-			if f, ok := w.state.feed(m); ok {
+			f, ok := w.state.feed(m)
+			if ok {
 				fn(f)
+			}
+			if w.state.hasOwn && m.pid == w.state.own {
+				w.ownEvents.Add(1)
 			}
 		}
 	}

@@ -252,3 +252,67 @@ func TestWatchNLMsgPID(t *testing.T) {
 		t.Fatalf("parsed %+v, %v; want one message from port 99", msgs, err)
 	}
 }
+
+// TestKernelWatchUnwatchedBatches: our own large batches are applied with the Watcher out of the
+// event group, so the kernel sends it none of their events (a small batch's still come and are
+// dropped), and a batch another process commits meanwhile, which the Watcher cannot see, is
+// reported as Unwatched all the same, through the generation.
+func TestKernelWatchUnwatchedBatches(t *testing.T) {
+	h := newWatchHarness(t)
+	ctx := context.Background()
+	w := h.k.watcher
+	if w == nil {
+		t.Fatal("NewWatcher(own) did not attach the Watcher to its Kernel")
+	}
+	small := kernelBaseTx(IPv4)
+	if len(small.Ops) >= unwatchedOps {
+		t.Fatalf("the small batch has %d ops", len(small.Ops))
+	}
+	if _, err := h.k.Apply(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	h.sentinel("a small batch of ours")
+	seen := w.ownEvents.Load()
+	if seen == 0 {
+		t.Fatal("no event of our small batch was read: the count below proves nothing")
+	}
+
+	big := kernelScaleTx(watchIP6, 50, 3*unwatchedOps, false)
+	if _, err := h.k.Apply(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	h.sentinel("a large batch of ours")
+	if got := w.ownEvents.Load() - seen; got != 0 {
+		t.Errorf("read %d events of our large batch (%d ops), want none: it was applied watched", got, len(big.Ops))
+	}
+
+	// Another process commits while the Watcher is out of the group: its events never reach us.
+	other, err := NewKernel(WithNetNS(h.ns.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	h.k.unwatchedHook = func() {
+		tx := NewTransaction(watchIP)
+		tx.Add(&Chain{Name: "stray"})
+		if _, err := other.Apply(ctx, tx); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := h.k.Apply(ctx, big); err != nil { // again: adding what exists is no error
+		t.Fatal(err)
+	}
+	h.k.unwatchedHook = nil
+	if f := h.next("a foreign batch while ours was applied unwatched"); !f.Unwatched {
+		t.Errorf("reported %+v, want Unwatched", f)
+	}
+	h.sentinel("the unwatched report")
+
+	// A refused large batch commits nothing: no report.
+	bad := kernelScaleTx(watchIP6, 1, unwatchedOps, false)
+	bad.Delete(&Chain{Name: "no-such-chain"})
+	if _, err := h.k.Apply(ctx, bad); err == nil {
+		t.Fatal("a batch deleting a missing chain was accepted")
+	}
+	h.sentinel("a refused large batch of ours")
+}

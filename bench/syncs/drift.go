@@ -23,12 +23,16 @@ import (
 type DriftResult struct {
 	Services int
 	// FirstSync is the first full sync (empty kernel), with the Watcher subscribed; Kernel its
-	// kernel time, which includes building the events of our own commit.
+	// kernel time (a batch this large is applied with the Watcher out of the event group).
 	FirstSync, FirstSyncKernel time.Duration
 	// PlainSync and PlainSyncKernel are the same first sync in another namespace where nothing
-	// listens to events (the kernel then builds none): the difference is what our own events
-	// cost.
-	PlainSync, PlainSyncKernel time.Duration
+	// listens to events (the kernel then builds none), before the daemon's loop starts and
+	// again after its first sync (PlainAfter…); ListenedSync in a namespace where another
+	// socket listens (as `nft monitor` would), so the kernel builds an event per object: the
+	// difference is what events cost.
+	PlainSync, PlainSyncKernel           time.Duration
+	ListenedSync, ListenedSyncKernel     time.Duration
+	PlainAfterSync, PlainAfterSyncKernel time.Duration
 	// Overflows counts event-socket overflows (each starts a verification) during the first
 	// sync; VerifyAfterFirst is the verification they caused (0 when none).
 	Overflows        int
@@ -115,6 +119,12 @@ func MeasureDrift(ctx context.Context, size, endpoints int, idle time.Duration) 
 	if err != nil {
 		return res, err
 	}
+	if res.PlainSync, res.PlainSyncKernel, err = sideSync(ctx, w, b, false); err != nil {
+		return res, err
+	}
+	if res.ListenedSync, res.ListenedSyncKernel, err = sideSync(ctx, w, b, true); err != nil {
+		return res, err
+	}
 	ns, err := netns.Create("nftp-drift")
 	if err != nil {
 		return res, err
@@ -174,7 +184,7 @@ func MeasureDrift(ctx context.Context, size, endpoints int, idle time.Duration) 
 		}
 		res.VerifyAfterFirst, next = v.d, n
 	}
-	if res.PlainSync, res.PlainSyncKernel, err = plainSync(ctx, w, b); err != nil {
+	if res.PlainAfterSync, res.PlainAfterSyncKernel, err = sideSync(ctx, w, b, false); err != nil {
 		return res, err
 	}
 	want, err := k.Dump(ctx, b.Table())
@@ -262,9 +272,10 @@ func MeasureDrift(ctx context.Context, size, endpoints int, idle time.Duration) 
 	return res, nil
 }
 
-// plainSync is a first full sync of w in a fresh namespace with no event listener.
-func plainSync(ctx context.Context, w *workload.Workload, b *ruleset.Builder) (time.Duration, time.Duration, error) {
-	ns, err := netns.Create("nftp-drift-plain")
+// sideSync is a first full sync of w in a fresh namespace where nothing listens to nftables
+// events or, with listen, where a bare Watcher (no own Kernel, draining) listens.
+func sideSync(ctx context.Context, w *workload.Workload, b *ruleset.Builder, listen bool) (time.Duration, time.Duration, error) {
+	ns, err := netns.Create("nftp-drift-side")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -274,6 +285,16 @@ func plainSync(ctx context.Context, w *workload.Workload, b *ruleset.Builder) (t
 		return 0, 0, err
 	}
 	defer k.Close()
+	if listen {
+		l, err := nft.NewWatcher([]nft.Table{b.Table()}, nil, nft.WithNetNS(ns.Fd()))
+		if err != nil {
+			return 0, 0, err
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Run(lctx, func(nft.Foreign) {}) }()
+		defer func() { cancel(); <-done; l.Close() }()
+	}
 	p := proxier.New(workload.NewSource(w.Node, w.Services), k, []*ruleset.Builder{b}, nil, logr.Discard(), time.Now)
 	start := time.Now()
 	res, err := p.Sync(ctx, true)
@@ -284,13 +305,15 @@ func plainSync(ctx context.Context, w *workload.Workload, b *ruleset.Builder) (t
 func (r DriftResult) String() string {
 	return fmt.Sprintf(`drift, %d Services:
   first full sync %v (kernel %v), event-socket overflows during it %d (verification %v)
-  the same sync with no event listener: %v (kernel %v)
+  the same sync, nothing listening: %v (kernel %v) before, %v (kernel %v) after; another socket listening: %v (kernel %v)
   idle %v: process CPU %v (%.4f%% of one core)
   nft flush ruleset: command %v; detected %v after its start; repaired %v after detection (full sync: %d ops, kernel %v, %d objects counted as drift); total %v
   elements before %d, after repair %d
   one map element deleted by another socket: detected %v after the commit started; repaired %v after detection (%d ops)`,
 		r.Services, r.FirstSync.Round(time.Millisecond), r.FirstSyncKernel.Round(time.Millisecond), r.Overflows, r.VerifyAfterFirst.Round(time.Millisecond),
 		r.PlainSync.Round(time.Millisecond), r.PlainSyncKernel.Round(time.Millisecond),
+		r.PlainAfterSync.Round(time.Millisecond), r.PlainAfterSyncKernel.Round(time.Millisecond),
+		r.ListenedSync.Round(time.Millisecond), r.ListenedSyncKernel.Round(time.Millisecond),
 		r.Idle, r.IdleCPU, 100*r.IdleCPU.Seconds()/r.Idle.Seconds(),
 		r.Flush.Round(time.Millisecond), r.Detect.Round(time.Millisecond), r.Repair.Round(time.Millisecond), r.RepairOps,
 		r.RepairKernel.Round(time.Millisecond), r.Repairs, r.Total.Round(time.Millisecond),

@@ -32,10 +32,14 @@ func watchDrift(ctx context.Context, log logr.Logger, kernel *nft.Kernel, builde
 	}
 	go func() {
 		err := w.Run(ctx, func(f nft.Foreign) {
-			if f.Overflow {
+			switch {
+			case f.Overflow:
 				log.Info("nftables events were lost (event socket full): verifying our tables")
 				dm.Suspected(metrics.DriftEventsLost)
-			} else {
+			case f.Unwatched:
+				log.V(1).Info("another batch was committed while one of ours was applied unwatched: verifying our tables")
+				dm.Suspected(metrics.DriftEventsLost)
+			default:
 				log.Info("another process changed nftproxy's tables: verifying and repairing", "tables", f.Tables,
 					"process", f.Process, "pid", f.PID, "generation", f.Gen, "events", f.Events)
 				dm.Suspected(metrics.DriftForeignChange)
