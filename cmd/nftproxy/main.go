@@ -6,6 +6,12 @@ import (
 	"os"
 
 	"github.com/nftproxy/nftproxy/cmd/nftproxy/app"
+	"github.com/nftproxy/nftproxy/proxy/k8s"
 )
 
-func main() { os.Exit(app.Main(os.Args, os.Stdout, os.Stderr)) }
+func main() {
+	// Before any informer is built: the Kubernetes source and the node-port allocator stream
+	// their initial lists (k8s.StreamInitialLists says why and how to turn it off).
+	k8s.StreamInitialLists()
+	os.Exit(app.Main(os.Args, os.Stdout, os.Stderr))
+}

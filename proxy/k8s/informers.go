@@ -116,6 +116,10 @@ func slimList(sl *slimmer, l runtime.Object) error {
 // the watch cache, as it serves "0". An older API server would serve a paged consistent list
 // from etcd, and thousands of nodes restarting together would all read etcd, the herd the
 // reflector's "0" is there to avoid: against those the list stays one response.
+//
+// The binary streams its initial lists (StreamInitialLists), which needs neither: lists, and
+// so this, are what an informer falls back to when the API server refuses a stream (its
+// WatchList feature off, as in 1.33) or when streaming is turned off.
 type listPages struct {
 	server discovery.ServerVersionInterface
 	log    logr.Logger

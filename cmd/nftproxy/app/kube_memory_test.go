@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nftproxy/nftproxy/bench/peers"
 	"github.com/nftproxy/nftproxy/bench/workload"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/k8s"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/test/cluster"
@@ -27,8 +29,10 @@ import (
 // TestKubeMemoryProfile is a measurement, not a check: Kubernetes mode's memory at start-up. It
 // fills a test API server with the bench workload (N Services × E endpoints, as bench/report's
 // peers do), starts the Kubernetes source exactly as `nftproxy run --kubeconfig` builds it
-// (client-go set-up, informers, slim transform) feeding a real Tracker, then runs the daemon's
-// first sync into a kernel in a fresh network namespace (root). It reports the peak heap and
+// (client-go set-up, streamed initial lists, informers, slim transform) feeding a real
+// Tracker, then runs the daemon's first sync into a kernel in a fresh network namespace (root).
+// With NFTPROXY_KUBE_MEMPROFILE_LISTS=1 the initial lists are lists, as before the binary
+// streamed them (for the comparison). It reports the peak heap and
 // the peak RSS (VmHWM, reset before the source starts) until the informers have synced and
 // after the first sync, the live heap after a GC, and writes the heap profile. Run it with:
 //
@@ -48,6 +52,13 @@ func TestKubeMemoryProfile(t *testing.T) {
 	if err := c.Admin().WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	// As the binary does before anything else (cmd/nftproxy's main); restored for the tests
+	// that follow in this process, some of which run informers on fake clients.
+	prev := clientfeatures.FeatureGates()
+	if os.Getenv("NFTPROXY_KUBE_MEMPROFILE_LISTS") == "" {
+		k8s.StreamInitialLists()
+	}
+	t.Cleanup(func() { clientfeatures.ReplaceFeatureGates(prev) })
 	o := &Options{}
 	if err := parseFlags("run", o, runFlags, []string{"--kubeconfig", kubeconfig, "--hostname-override", "bench-node"}, io.Discard); err != nil {
 		t.Fatal(err)
