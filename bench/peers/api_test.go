@@ -50,7 +50,8 @@ func TestCreateServiceStoredByAnEarlierAttempt(t *testing.T) {
 // TestCreateServiceReleasesALeakedIP: the create is refused because an IPAddress holds the
 // ClusterIP for a Service that does not exist (the allocator kept the address of a create that
 // timed out and was never stored): the leaked address is released and the create tried again.
-// An address held by an existing Service stays an error that names it.
+// So is an address held for a Service that exists with another address. An address an existing
+// Service has stays an error that names it.
 func TestCreateServiceReleasesALeakedIP(t *testing.T) {
 	const ip = "198.19.35.17"
 	refused := func(cs *fake.Clientset) {
@@ -78,7 +79,17 @@ func TestCreateServiceReleasesALeakedIP(t *testing.T) {
 		t.Errorf("the Service was not created after the address was released: %v", err)
 	}
 
-	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}}
+	// The parent exists but has another address: the IPAddress is stale, released too.
+	elsewhere := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "first"},
+		Spec: corev1.ServiceSpec{ClusterIP: "198.19.0.1", ClusterIPs: []string{"198.19.0.1"}}}
+	cs3 := fake.NewSimpleClientset(held("default", "first"), elsewhere)
+	refused(cs3)
+	if err := CreateService(context.Background(), cs3, s); err != nil {
+		t.Fatalf("CreateService with an address held for a Service that has another: %v", err)
+	}
+
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"},
+		Spec: corev1.ServiceSpec{ClusterIP: ip, ClusterIPs: []string{ip}}}
 	cs2 := fake.NewSimpleClientset(held("default", "other"), other)
 	refused(cs2)
 	if err := CreateService(context.Background(), cs2, s); err == nil {
