@@ -25,8 +25,14 @@ const (
 const APINodePortOffset = 15000
 
 // reservedClusterIP is the address the API server gives the default/kubernetes Service; the
-// Service that would get it in the model asks the API server for any address instead.
-var reservedClusterIP = netip.MustParseAddr("198.19.0.1")
+// Service that would get it in the model gets spareClusterIP, the range's last address, which no
+// other workload Service has (they count up from 198.19.0.1, 65,000 at most). Not any address:
+// the API server takes a dynamic one from the same upper part of the range that a large
+// workload's fixed addresses reach, and one did (at the 26,7xxth Service of 30k, twice).
+var (
+	reservedClusterIP = netip.MustParseAddr("198.19.0.1")
+	spareClusterIP    = netip.MustParseAddr("198.19.255.254")
+)
 
 // Fixture is s as the shared test fixture describes it: NodePort when a port has a node port,
 // ClusterIP otherwise; port ranges and all-ports through nftproxy's annotations (a peer that
@@ -41,8 +47,12 @@ func Fixture(s *model.Service, trigger time.Time) fixture.Service {
 	var ranges []string
 	seen := map[netip.Addr]bool{}
 	for _, p := range s.Ports {
-		if len(p.ClusterIPs) > 0 && p.ClusterIPs[0] != reservedClusterIP {
-			f.ClusterIPs = []netip.Addr{p.ClusterIPs[0]}
+		if len(p.ClusterIPs) > 0 {
+			ip := p.ClusterIPs[0]
+			if ip == reservedClusterIP {
+				ip = spareClusterIP
+			}
+			f.ClusterIPs = []netip.Addr{ip}
 		}
 		port := fixture.Port{Name: p.Name.Port, Protocol: corev1.Protocol(string(p.Name.Protocol)), Port: int32(p.Port)}
 		switch {

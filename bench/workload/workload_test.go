@@ -1,8 +1,10 @@
 package workload
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
@@ -73,5 +75,27 @@ func TestBuilds(t *testing.T) {
 	}
 	if len(rs.Elements[ruleset.MapNodePorts]) < 250 {
 		t.Fatalf("%d node-port elements, want about 330", len(rs.Elements[ruleset.MapNodePorts]))
+	}
+}
+
+// TestFixtureClusterIPs: every Service of a large workload asks the API server for its own
+// fixed ClusterIP, none of them the default/kubernetes Service's: a Service left to a dynamic
+// address can be given one a later Service needs (it stopped a 30k populate, twice).
+func TestFixtureClusterIPs(t *testing.T) {
+	w := Generate(DefaultSpec(30000, 1, 1))
+	seen := map[netip.Addr]string{}
+	for _, s := range w.Services {
+		f := Fixture(s, time.Time{})
+		if len(f.ClusterIPs) != 1 {
+			t.Fatalf("Service %s asks for ClusterIPs %v, want one fixed address", s.Key, f.ClusterIPs)
+		}
+		ip := f.ClusterIPs[0]
+		if ip == reservedClusterIP {
+			t.Fatalf("Service %s asks for %s, the default/kubernetes Service's", s.Key, ip)
+		}
+		if other, dup := seen[ip]; dup {
+			t.Fatalf("Services %s and %s both ask for %s", other, s.Key, ip)
+		}
+		seen[ip] = s.Key.String()
 	}
 }
