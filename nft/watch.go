@@ -55,8 +55,6 @@ type Watcher struct {
 	buf   []byte
 	msgs  []nlMsg // reused by Run: its messages alias buf
 	state watchState
-	// ownEvents counts the events of our own commits read (tests).
-	ownEvents atomic.Int64
 
 	// Set by Kernel.applyUnwatched (another goroutine) when a batch may have gone unseen; Run
 	// reports it. wake interrupts Run's recvmsg; rejoin is the error of a failed rejoin of the
@@ -208,12 +206,8 @@ func (w *Watcher) Run(ctx context.Context, fn func(Foreign)) error {
 			continue
 		}
 		for _, m := range msgs {
-			f, ok := w.state.feed(m)
-			if ok {
+			if f, ok := w.state.feed(m); ok {
 				fn(f)
-			}
-			if w.state.hasOwn && m.pid == w.state.own {
-				w.ownEvents.Add(1)
 			}
 		}
 	}
@@ -227,6 +221,8 @@ type watchState struct {
 	// the batch being read: watched tables it touched and how many events did
 	touched map[Table]bool
 	events  int
+	// ownEvents counts the events of our own commits read (tests; Run's goroutine writes it).
+	ownEvents atomic.Int64
 }
 
 func (s *watchState) reset() { s.touched, s.events = nil, 0 }
@@ -238,6 +234,9 @@ func (s *watchState) feed(m nlMsg) (Foreign, bool) {
 		return Foreign{}, false
 	}
 	own := s.hasOwn && m.pid == s.own
+	if own {
+		s.ownEvents.Add(1)
+	}
 	typ := m.typ & 0xff
 	if typ == unix.NFT_MSG_NEWGEN {
 		defer s.reset()

@@ -272,7 +272,7 @@ func TestKernelWatchUnwatchedBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.sentinel("a small batch of ours")
-	seen := w.ownEvents.Load()
+	seen := w.state.ownEvents.Load()
 	if seen == 0 {
 		t.Fatal("no event of our small batch was read: the count below proves nothing")
 	}
@@ -282,7 +282,7 @@ func TestKernelWatchUnwatchedBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.sentinel("a large batch of ours")
-	if got := w.ownEvents.Load() - seen; got != 0 {
+	if got := w.state.ownEvents.Load() - seen; got != 0 {
 		t.Errorf("read %d events of our large batch (%d ops), want none: it was applied watched", got, len(big.Ops))
 	}
 

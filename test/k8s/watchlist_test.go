@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
@@ -36,13 +33,10 @@ func TestInitialListsAreStreamed(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{SingleStack: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitBound)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(c.Admin().RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := &env{t: t, ctx: ctx, c: c, cs: c.Client()}
 	const services = 5
 	for i := range services {
-		createServiceWithSlice(ctx, t, admin, fmt.Sprintf("stream-%d", i), i, 3)
+		e.createService(httpService(fmt.Sprintf("stream-%d", i), 10+i, 1, 2, 3))
 	}
 
 	prev := clientfeatures.FeatureGates()
@@ -129,30 +123,3 @@ func TestInitialListsAreStreamed(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// createServiceWithSlice creates a ClusterIP Service with one TCP port and an EndpointSlice of
-// n ready endpoints for it, at 198.18.subnet.10 and on.
-func createServiceWithSlice(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, subnet, n int) {
-	t.Helper()
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}}}
-	if _, err := cs.CoreV1().Services(testNS).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	portName, port, proto, ready := "http", int32(8080), corev1.ProtocolTCP, true
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Namespace: testNS,
-			Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port, Protocol: &proto}},
-	}
-	for i := range n {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{fmt.Sprintf("198.18.%d.%d", subnet, 10+i)},
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-		})
-	}
-	if _, err := cs.DiscoveryV1().EndpointSlices(testNS).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
