@@ -70,6 +70,10 @@ type Result struct {
 	// EndpointE2E / NewServiceE2E: API write until a new connection reaches the new endpoint /
 	// the new Service. EndpointSync / NewServiceSync: the syncs' duration by the peer's metric.
 	EndpointE2E, EndpointSync, NewServiceE2E, NewServiceSync []time.Duration
+	// EndpointAPI / NewServiceAPI: the API writes' own time in those trials, from the first call
+	// until the last one returned (a new Service is two: the Service, then its EndpointSlice):
+	// the part of API→packet that the API server takes and no proxy can shorten.
+	EndpointAPI, NewServiceAPI []time.Duration
 	// OwnProgramming is the peer's kubeproxy_network_programming_duration_seconds per change.
 	OwnProgramming []time.Duration
 	// Notes say what was cut short without failing the row (e.g. fewer trials than asked).
@@ -292,6 +296,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		if err := UpdateEndpoints(ctx, env.Client, svc); err != nil {
 			return err
 		}
+		api := time.Since(t0)
 		limit, err := bud.wait(fmt.Sprintf("endpoint change %d", i))
 		if err != nil {
 			return err
@@ -306,6 +311,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		syncD, _ := delta(before, m, syncMetric)
 		own, _ := delta(before, m, programmingMetric)
 		r.EndpointE2E, r.EndpointSync, r.OwnProgramming = append(r.EndpointE2E, e2e), append(r.EndpointSync, syncD), append(r.OwnProgramming, own)
+		r.EndpointAPI = append(r.EndpointAPI, api)
 		return nil
 	}); err != nil {
 		return err
@@ -337,6 +343,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		if err := CreateService(ctx, env.Client, s); err != nil {
 			return err
 		}
+		api := time.Since(t0)
 		created = append(created, s)
 		limit, err := bud.wait(fmt.Sprintf("new service %d", i))
 		if err != nil {
@@ -351,6 +358,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		}
 		syncD, _ := delta(before, m, syncMetric)
 		r.NewServiceE2E, r.NewServiceSync = append(r.NewServiceE2E, e2e), append(r.NewServiceSync, syncD)
+		r.NewServiceAPI = append(r.NewServiceAPI, api)
 		return nil
 	})
 }

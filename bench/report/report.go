@@ -147,6 +147,7 @@ func markdown(w io.Writer, r *Results) {
 	}
 	fmt.Fprint(w, methodText)
 	headline(w, r)
+	goalsSection(w, r)
 	fmt.Fprintf(w, "\n## 1. Control plane: nftproxy against the kernel, `nft -f`, and the per-endpoint-chain layout\n\n")
 	if r.SyncErr != "" {
 		fmt.Fprintf(w, "**Incomplete:** %s\n\n", r.SyncErr)
@@ -202,7 +203,8 @@ func peersSection(w io.Writer, r *Results) {
 			d(probe.Percentile(l.Samples, 50)), d(probe.Percentile(l.Samples, 90)), d(probe.Percentile(l.Samples, 99)),
 			d(probe.Percentile(p.Direct.Samples, 50)), d(probe.Percentile(p.Direct.Samples, 99)))
 	}
-	fmt.Fprintf(w, "\n**Ratios, peer ÷ nftproxy, same run** (>1: nftproxy is faster):\n\n| Services | peer | full sync | endpoint sync | new-Service sync | endpoint API→packet | new Service API→packet | first packet p50 | p99 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	apiShare(w, r)
+	fmt.Fprintf(w, "\n**Ratios, peer ÷ nftproxy, same run** (>1: nftproxy is faster or smaller):\n\n| Services | peer | full sync | restart sync | endpoint sync | new-Service sync | endpoint API→packet | new Service API→packet | first packet p50 | p99 | peak RSS |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	base := map[int]peers.Result{}
 	for _, p := range r.Peers {
 		if p.Peer == peers.NFTProxy {
@@ -214,11 +216,12 @@ func peersSection(w io.Writer, r *Results) {
 		if !ok || p.Peer == peers.NFTProxy {
 			continue
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Services, p.Peer, ratio(p.FullSync, b.FullSync),
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Services, p.Peer, ratio(p.FullSync, b.FullSync), ratio(p.RestartSync, b.RestartSync),
 			ratio(median(p.EndpointSync), median(b.EndpointSync)), ratio(median(p.NewServiceSync), median(b.NewServiceSync)),
 			ratio(median(p.EndpointE2E), median(b.EndpointE2E)), ratio(median(p.NewServiceE2E), median(b.NewServiceE2E)),
 			ratio(probe.Percentile(p.FirstPacket.Samples, 50), probe.Percentile(b.FirstPacket.Samples, 50)),
-			ratio(probe.Percentile(p.FirstPacket.Samples, 99), probe.Percentile(b.FirstPacket.Samples, 99)))
+			ratio(probe.Percentile(p.FirstPacket.Samples, 99), probe.Percentile(b.FirstPacket.Samples, 99)),
+			ratio(time.Duration(p.PeakRSS), time.Duration(b.PeakRSS)))
 	}
 	fmt.Fprintf(w, "\n![full sync by peer](peers-sync.svg)\n\n![first-packet latency by peer](first-packet.svg)\n")
 	for _, p := range r.Peers {
@@ -230,6 +233,41 @@ func peersSection(w io.Writer, r *Results) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// apiShare splits each change's API→packet into the API writes' own time (until the calls
+// returned) and the rest (the watch, the proxy's wait and sync, the first answered connection).
+// Campaigns before these times were recorded have none, and the table is left out.
+func apiShare(w io.Writer, r *Results) {
+	var rows []peers.Result
+	for _, p := range r.Peers {
+		if len(p.EndpointAPI)+len(p.NewServiceAPI) > 0 {
+			rows = append(rows, p)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n**Where a change's API→packet goes** (medians): *API writes* is the harness's own calls, from the first until the last returned "+
+		"(an endpoint change is one update; a new Service is two creates, the Service and then its EndpointSlice); *after* is the rest: "+
+		"the watch, the proxy's pacing and sync, the first connection that reached the new address.\n\n")
+	fmt.Fprintf(w, "| Services | peer | endpoint change: API write | after | new Service: API writes | after |\n|---:|---|---:|---:|---:|---:|\n")
+	for _, p := range rows {
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", p.Services, p.Peer, d(median(p.EndpointAPI)), d(medianAfter(p.EndpointE2E, p.EndpointAPI)),
+			d(median(p.NewServiceAPI)), d(medianAfter(p.NewServiceE2E, p.NewServiceAPI)))
+	}
+}
+
+// medianAfter is the median over trials of e2e[i] - api[i] (0 when they do not pair up).
+func medianAfter(e2e, api []time.Duration) time.Duration {
+	if len(e2e) != len(api) {
+		return 0
+	}
+	after := make([]time.Duration, len(e2e))
+	for i := range e2e {
+		after[i] = e2e[i] - api[i]
+	}
+	return median(after)
 }
 
 func syncsNote(n int) string {
