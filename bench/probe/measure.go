@@ -69,6 +69,13 @@ func connectOnce(ap netip.AddrPort, timeout time.Duration, reply *string) (time.
 	return d, nil
 }
 
+// waitReplyTimeout bounds one of WaitReply's connections. A SYN sent before the proxy has
+// programmed the address gets no answer; the attempt then waits this long before the next one,
+// so it is the resolution of every API→packet figure: 20 ms put up to 20 ms into a new
+// Service's (a connect through any peer answers in well under 1 ms here, p99 ≤ 0.25 ms in
+// bench/REPORT.md's first-packet table).
+const waitReplyTimeout = 4 * time.Millisecond
+
 // WaitReply polls target from the client (a new connection every millisecond) until the server
 // that answers says want (the endpoint address the connection reached; "" accepts any answer),
 // and returns the time from since to that answer. It gives up after limit.
@@ -79,7 +86,7 @@ func (t *Topology) WaitReply(target netip.AddrPort, want string, since time.Time
 		last := ""
 		for time.Now().Before(deadline) {
 			var reply string
-			_, err := connectOnce(target, 20*time.Millisecond, &reply)
+			_, err := connectOnce(target, waitReplyTimeout, &reply)
 			if err == nil && (want == "" || reply == want) {
 				got = time.Since(since)
 				return nil
