@@ -28,7 +28,7 @@ func (t *Topology) Connect(targets []netip.AddrPort, n int, timeout time.Duratio
 	}
 	err := t.Client.Do(func() error {
 		for i := 0; i < n; i++ {
-			d, err := connectOnce(targets[i%len(targets)], timeout, nil)
+			d, err := connectOnce(targets[i%len(targets)], timeout, 0, nil)
 			if err != nil {
 				out.Failed++
 				continue
@@ -40,17 +40,21 @@ func (t *Topology) Connect(targets []netip.AddrPort, n int, timeout time.Duratio
 	return out, err
 }
 
-// connectOnce connects to ap and, when reply is not nil, reads the server's line into it.
-func connectOnce(ap netip.AddrPort, timeout time.Duration, reply *string) (time.Duration, error) {
+// connectOnce connects to ap within timeout and, when reply is not nil, reads the server's line
+// into it within replyTimeout (0: timeout).
+func connectOnce(ap netip.AddrPort, timeout, replyTimeout time.Duration, reply *string) (time.Duration, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(fd)
-	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if replyTimeout == 0 {
+		replyTimeout = timeout
+	}
+	tv, rtv := unix.NsecToTimeval(timeout.Nanoseconds()), unix.NsecToTimeval(replyTimeout.Nanoseconds())
 	// SO_SNDTIMEO bounds a blocking connect, SO_RCVTIMEO the read.
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
-	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &rtv)
 	_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 	sa := &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
 	start := time.Now()
@@ -69,12 +73,20 @@ func connectOnce(ap netip.AddrPort, timeout time.Duration, reply *string) (time.
 	return d, nil
 }
 
-// waitReplyTimeout bounds one of WaitReply's connections. A SYN sent before the proxy has
-// programmed the address gets no answer; the attempt then waits this long before the next one,
-// so it is the resolution of every API→packet figure: 20 ms put up to 20 ms into a new
-// Service's (a connect through any peer answers in well under 1 ms here, p99 ≤ 0.25 ms in
-// bench/REPORT.md's first-packet table).
-const waitReplyTimeout = 4 * time.Millisecond
+const (
+	// waitReplyTimeout bounds the connect of one of WaitReply's connections. A SYN sent before
+	// the proxy has programmed the address gets no answer; the attempt then waits this long
+	// before the next one, so it is the resolution of every API→packet figure: 20 ms put up to
+	// 20 ms into a new Service's. A handshake is the kernel's alone (no server process runs in
+	// it) and takes well under 1 ms here (first-packet p99 ≤ 0.25 ms in bench/REPORT.md); the
+	// kernel rounds the timeout to whole ticks (one at HZ=250), so an attempt may also give up
+	// early and is then simply retried.
+	waitReplyTimeout = 4 * time.Millisecond
+	// waitReplyRead bounds the read of the server's answer once connected: the connection has
+	// reached a server, so waiting longer costs no resolution, and a loaded machine (race-mode
+	// tests) does not turn slow answers into failed attempts.
+	waitReplyRead = 250 * time.Millisecond
+)
 
 // WaitReply polls target from the client (a new connection every millisecond) until the server
 // that answers says want (the endpoint address the connection reached; "" accepts any answer),
@@ -86,7 +98,7 @@ func (t *Topology) WaitReply(target netip.AddrPort, want string, since time.Time
 		last := ""
 		for time.Now().Before(deadline) {
 			var reply string
-			_, err := connectOnce(target, waitReplyTimeout, &reply)
+			_, err := connectOnce(target, waitReplyTimeout, waitReplyRead, &reply)
 			if err == nil && (want == "" || reply == want) {
 				got = time.Since(since)
 				return nil
