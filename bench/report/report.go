@@ -125,7 +125,8 @@ func cell(xs []time.Duration) string {
 	return fmt.Sprintf("%s [%s–%s]", d(median(s)), d(s[0]), d(s[len(s)-1]))
 }
 
-func ratio(a, b time.Duration) string {
+// ratio is a ÷ b of two like quantities (durations, byte counts), "–" when either is missing.
+func ratio[T ~int64](a, b T) string {
 	if a <= 0 || b <= 0 {
 		return "–"
 	}
@@ -221,7 +222,7 @@ func peersSection(w io.Writer, r *Results) {
 			ratio(median(p.EndpointE2E), median(b.EndpointE2E)), ratio(median(p.NewServiceE2E), median(b.NewServiceE2E)),
 			ratio(probe.Percentile(p.FirstPacket.Samples, 50), probe.Percentile(b.FirstPacket.Samples, 50)),
 			ratio(probe.Percentile(p.FirstPacket.Samples, 99), probe.Percentile(b.FirstPacket.Samples, 99)),
-			ratio(time.Duration(p.PeakRSS), time.Duration(b.PeakRSS)))
+			ratio(p.PeakRSS, b.PeakRSS))
 	}
 	fmt.Fprintf(w, "\n![full sync by peer](peers-sync.svg)\n\n![first-packet latency by peer](first-packet.svg)\n")
 	for _, p := range r.Peers {
