@@ -9,7 +9,11 @@
 // Lists down to MaxListDepth. Decoding is strict: an unknown or duplicated field (or mapping
 // key) is an error, so a typo such as "targetport" is reported instead of silently defaulted.
 // A file larger than the loader's MaxFileBytes is refused unread. Documents are decoded as they
-// are read; the Watcher's reloads decode only the files that changed (see fileCache).
+// are read; the Watcher's reloads decode only the files that changed (see fileCache). A
+// Service, EndpointSlice or Node written as JSON (or converted from YAML) is decoded straight
+// into its type by a strict encoding/json/v2 decoder, anything else by the API machinery's
+// strict decoder, which also has the last word on every document the first one refuses (see
+// decoder).
 //
 // Objects are then checked as the API server would check them (see validate.go): a Service that
 // fails is kept as a rejected Service with a reason, an EndpointSlice or Node that fails is left
@@ -24,8 +28,6 @@ package manifest
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,10 +41,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
@@ -152,15 +151,6 @@ func (e FileError) Error() string {
 // Unwrap returns the underlying error.
 func (e FileError) Unwrap() error { return e.Err }
 
-// newDecoder returns a strict decoder over a scheme holding only the types nftproxy reads, so
-// nothing else (and no client library) is pulled in.
-func newDecoder() runtime.Decoder {
-	scheme := runtime.NewScheme()
-	scheme.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Service{}, &corev1.Node{}, &corev1.List{})
-	scheme.AddKnownTypes(discoveryv1.SchemeGroupVersion, &discoveryv1.EndpointSlice{})
-	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
-}
-
 // DefaultMaxFileBytes is the default per-file size limit: 32 MiB. 10,000 Services with one
 // EndpointSlice each take 7.3 MB of YAML in one file with one endpoint per slice and 16 MB with
 // ten (bench/workload's mix), so realistic files fit twice over, while a runaway file cannot
@@ -237,7 +227,7 @@ func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
 func (l Loader) loadChanged(dir string, cache *fileCache, changed map[string]bool) (Objects, []FileError) {
 	start := cache.now()
 	cache.decoded = 0
-	var dec runtime.Decoder
+	var dec *decoder
 	for name := range changed {
 		if !isManifestName(name) {
 			continue
@@ -257,7 +247,7 @@ func (l Loader) loadChanged(dir string, cache *fileCache, changed map[string]boo
 }
 
 // decode reads one file into cache.
-func (l Loader) decode(dec runtime.Decoder, cache *fileCache, path, name string, st os.FileInfo, start time.Time) {
+func (l Loader) decode(dec *decoder, cache *fileCache, path, name string, st os.FileInfo, start time.Time) {
 	limit := l.MaxFileBytes
 	if limit <= 0 {
 		limit = DefaultMaxFileBytes
@@ -319,7 +309,7 @@ func (o *Objects) merge(f Objects, file string) []FileError {
 // are read, so neither the file nor its documents are held whole: only the objects stay.
 // Errors keep the precedence of reading the file first: too large, then unreadable or not
 // splittable into documents, then the first document that does not decode.
-func loadFile(dec runtime.Decoder, path, name string, limit int64) (Objects, *FileError) {
+func loadFile(dec *decoder, path, name string, limit int64) (Objects, *FileError) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Objects{}, &FileError{File: name, Err: err}
@@ -383,7 +373,7 @@ const decodeBatchSize = 512
 // decodeBatch decodes the documents of one batch (document numbers first, first+1, ...) on
 // every core — decoding, YAML above all, is most of a load's time — and appends their objects
 // to out in document order. It returns the error of the first document that does not decode.
-func decodeBatch(dec runtime.Decoder, docs [][]byte, file string, first int, out *Objects) *FileError {
+func decodeBatch(dec *decoder, docs [][]byte, file string, first int, out *Objects) *FileError {
 	parts := make([]Objects, len(docs))
 	errs := make([]error, len(docs))
 	workers := min(goruntime.GOMAXPROCS(0), len(docs))
@@ -427,74 +417,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		c.err = err
 	}
 	return n, err
-}
-
-// typeHeader is read first to name what a document is, even when it is of an unknown kind.
-type typeHeader struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-}
-
-// decodeDocument decodes one document, or one item of a List at depth (0 for a document).
-func decodeDocument(dec runtime.Decoder, doc []byte, file string, index, depth int, out *Objects) error {
-	js := doc
-	// List items are JSON already, and so are documents written as JSON: the strict decoder
-	// below refuses their duplicate keys itself, and converting them through the YAML parser
-	// cost 90% of a large file's load (2 GB allocated for 16 MB of JSON).
-	if depth == 0 && !json.Valid(doc) {
-		var err error
-		if js, err = yaml.YAMLToJSONStrict(doc); err != nil {
-			return fmt.Errorf("not valid YAML or JSON (a mapping key given twice is an error too): %w", err)
-		}
-	}
-	if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
-		return nil // empty document, e.g. a trailing "---" or only comments
-	}
-	obj, _, err := dec.Decode(js, nil, nil)
-	if err != nil {
-		// The header is read only now: a document the decoder takes has both apiVersion and
-		// kind, and parsing every document a second time for them cost ~0.2 s of CPU in a
-		// 20,000-document load.
-		var h typeHeader
-		if err := json.Unmarshal(js, &h); err != nil {
-			return fmt.Errorf("not a Kubernetes object (want a mapping with apiVersion and kind): %w", err)
-		}
-		if h.APIVersion == "" || h.Kind == "" {
-			return fmt.Errorf("apiVersion and kind are required (got apiVersion %q, kind %q)", h.APIVersion, h.Kind)
-		}
-		if runtime.IsNotRegisteredError(err) {
-			out.Skipped = append(out.Skipped, Skipped{File: file, Document: index, APIVersion: h.APIVersion, Kind: h.Kind, Name: h.Metadata.Name})
-			return nil
-		}
-		return fmt.Errorf("decode %s %q: %w", h.Kind, h.Metadata.Name, err)
-	}
-	switch o := obj.(type) {
-	case *corev1.Service:
-		defaultService(o)
-		out.addService(o, file, index)
-	case *discoveryv1.EndpointSlice:
-		defaultEndpointSlice(o)
-		out.addSlice(o, file, index)
-	case *corev1.Node:
-		if errs := validateNode(o); len(errs) > 0 {
-			out.Invalid = append(out.Invalid, Invalid{File: file, Document: index, Ref: Ref{"Node", "", o.Name}, Endpoint: -1, Problem: errorsText(errs)})
-			return nil
-		}
-		out.Nodes = append(out.Nodes, o)
-	case *corev1.List:
-		if depth+1 > MaxListDepth && len(o.Items) > 0 {
-			return fmt.Errorf("a List nested %d deep: at most %d levels of List are read; flatten the Lists", depth+1, MaxListDepth)
-		}
-		for j, item := range o.Items {
-			if err := decodeDocument(dec, item.Raw, file, index, depth+1, out); err != nil {
-				return fmt.Errorf("List item %d: %w", j+1, err)
-			}
-		}
-	}
-	return nil
 }
 
 // addService keeps a valid Service, or records a refused one with its rejection.
