@@ -327,14 +327,26 @@ func loadFile(dec *decoder, path, name string, limit int64) (Objects, *FileError
 		decodeErr *FileError
 		batch     [][]byte
 		first     = 1 // the document number of batch[0]
+		// decoding waits for the batch being decoded while the next one is read, and appends
+		// its objects to out; nil when none is.
+		decoding func(out *Objects) *FileError
 	)
 	flush := func() {
+		if decoding != nil && decodeErr == nil {
+			decodeErr = decoding(&out)
+		}
+		decoding = nil
 		if decodeErr == nil && len(batch) > 0 {
-			decodeErr = decodeBatch(dec, batch, name, first, &out)
+			decoding = startBatch(dec, batch, name, first)
 		}
 		first += len(batch)
-		batch = batch[:0]
+		batch = make([][]byte, 0, decodeBatchSize) // the one started is still being read
 	}
+	defer func() { // a file refused while a batch is decoding
+		if decoding != nil {
+			decoding(&Objects{})
+		}
+	}()
 	for {
 		doc, err := docs.Read()
 		if errors.Is(err, io.EOF) {
@@ -357,6 +369,7 @@ func loadFile(dec *decoder, path, name string, limit int64) (Objects, *FileError
 		}
 	}
 	flush()
+	flush() // waits for the last batch
 	if in.n > limit {
 		return Objects{}, tooLarge
 	}
@@ -370,10 +383,12 @@ func loadFile(dec *decoder, path, name string, limit int64) (Objects, *FileError
 // keep every core busy, few enough that the raw documents waiting are a small part of the file.
 const decodeBatchSize = 512
 
-// decodeBatch decodes the documents of one batch (document numbers first, first+1, ...) on
-// every core — decoding, YAML above all, is most of a load's time — and appends their objects
-// to out in document order. It returns the error of the first document that does not decode.
-func decodeBatch(dec *decoder, docs [][]byte, file string, first int, out *Objects) *FileError {
+// startBatch starts decoding the documents of one batch (document numbers first, first+1, ...)
+// on every core — decoding is most of a load's time, and the next batch is read meanwhile —
+// and returns a function that waits for them and appends their objects to out in document
+// order. That function returns the error of the first document that does not decode; it must
+// be called once, and the batch's documents are not to be changed until it returns.
+func startBatch(dec *decoder, docs [][]byte, file string, first int) func(out *Objects) *FileError {
 	parts := make([]Objects, len(docs))
 	errs := make([]error, len(docs))
 	workers := min(goruntime.GOMAXPROCS(0), len(docs))
@@ -387,19 +402,21 @@ func decodeBatch(dec *decoder, docs [][]byte, file string, first int, out *Objec
 			}
 		}()
 	}
-	wg.Wait()
-	for i := range docs {
-		if errs[i] != nil {
-			return &FileError{File: file, Document: first + i, Err: errs[i]}
+	return func(out *Objects) *FileError {
+		wg.Wait()
+		for i := range docs {
+			if errs[i] != nil {
+				return &FileError{File: file, Document: first + i, Err: errs[i]}
+			}
+			out.Services = append(out.Services, parts[i].Services...)
+			out.EndpointSlices = append(out.EndpointSlices, parts[i].EndpointSlices...)
+			out.Nodes = append(out.Nodes, parts[i].Nodes...)
+			out.Refused = append(out.Refused, parts[i].Refused...)
+			out.Invalid = append(out.Invalid, parts[i].Invalid...)
+			out.Skipped = append(out.Skipped, parts[i].Skipped...)
 		}
-		out.Services = append(out.Services, parts[i].Services...)
-		out.EndpointSlices = append(out.EndpointSlices, parts[i].EndpointSlices...)
-		out.Nodes = append(out.Nodes, parts[i].Nodes...)
-		out.Refused = append(out.Refused, parts[i].Refused...)
-		out.Invalid = append(out.Invalid, parts[i].Invalid...)
-		out.Skipped = append(out.Skipped, parts[i].Skipped...)
+		return nil
 	}
-	return nil
 }
 
 // countingReader counts the bytes read and keeps the read error (other than EOF), so a file
