@@ -2,10 +2,13 @@ package manifest
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
@@ -136,4 +139,67 @@ func TestFeederRefusedService(t *testing.T) {
 	if s := tr.Service(model.ServiceKey{Namespace: "a/a", Name: "b"}); s != nil {
 		t.Fatalf("a/a/b = %+v after its file was deleted; want gone", s)
 	}
+}
+
+// dnsSubdomainCases are names on both sides of each rule of a DNS-1123 subdomain.
+var dnsSubdomainCases = []string{
+	"", "a", "node-1", "node-1.zone-a.example", "1", "0.0", "a-b-c", "a--b",
+	"-a", "a-", "a.", ".a", "a..b", "a.-b", "a-.b", "A", "node_1", "nöde", "a b", "a/b",
+	strings.Repeat("a", 253), strings.Repeat("a", 254), strings.Repeat("a.", 126) + "a", strings.Repeat("a", 64),
+}
+
+// TestDNSSubdomain: the node-name check agrees with the API machinery's regular expression.
+func TestDNSSubdomain(t *testing.T) {
+	for _, s := range dnsSubdomainCases {
+		want := len(validation.IsDNS1123Subdomain(s)) == 0
+		if got := isDNSSubdomain(s); got != want {
+			t.Errorf("isDNSSubdomain(%q) = %v, want %v (validation.IsDNS1123Subdomain)", s, got, want)
+		}
+	}
+}
+
+// FuzzDNSSubdomain: the same on any string.
+func FuzzDNSSubdomain(f *testing.F) {
+	for _, s := range dnsSubdomainCases {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isDNSSubdomain(s), len(validation.IsDNS1123Subdomain(s)) == 0; got != want {
+			t.Fatalf("isDNSSubdomain(%q) = %v, want %v (validation.IsDNS1123Subdomain)", s, got, want)
+		}
+	})
+}
+
+// ipCases are addresses on both sides of each rule of validation.IsValidIP.
+var ipCases = []string{
+	"10.0.0.1", "0.0.0.0", "255.255.255.255", "010.0.0.1", "10.0.0", "10.0.0.256", " 10.0.0.1", "1.2.3.4 ",
+	"fd00::1", "FD00::1", "fd00:0::1", "fd00:0:0:0:0:0:0:1", "::", "::1", "::ffff:10.0.0.1", "::10.0.0.1",
+	"fe80::1%eth0", "2001:db8::", "2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1", "1::", "", "x",
+}
+
+// TestCanonicalIP: the endpoint address check agrees with the API machinery's.
+func TestCanonicalIP(t *testing.T) {
+	for _, s := range ipCases {
+		checkCanonicalIP(t, s)
+	}
+}
+
+func checkCanonicalIP(t *testing.T, s string) {
+	t.Helper()
+	errs := validation.IsValidIP(field.NewPath("ip"), s)
+	a, ok := canonicalIP(s)
+	if ok != (len(errs) == 0) {
+		t.Fatalf("canonicalIP(%q) = %v, want %v (validation.IsValidIP: %v)", s, ok, len(errs) == 0, errs)
+	}
+	if want, _ := netip.ParseAddr(s); ok && a != want {
+		t.Fatalf("canonicalIP(%q) = %v, want %v", s, a, want)
+	}
+}
+
+// FuzzCanonicalIP: the same on any string.
+func FuzzCanonicalIP(f *testing.F) {
+	for _, s := range ipCases {
+		f.Add(s)
+	}
+	f.Fuzz(checkCanonicalIP)
 }
