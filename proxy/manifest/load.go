@@ -41,7 +41,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
@@ -321,7 +320,7 @@ func loadFile(dec *decoder, path, name string, limit int64) (Objects, *FileError
 	}
 	// Reading no more than limit+1 bytes of a file that grows meanwhile.
 	in := &countingReader{r: io.LimitReader(f, limit+1)}
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(in))
+	docs := &docReader{r: bufio.NewReader(in)}
 	var (
 		out       Objects
 		decodeErr *FileError
