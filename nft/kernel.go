@@ -11,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Kernel is the real nftables, programmed over one lasting NETLINK_NETFILTER socket. Every Apply
-// is one nfnetlink batch sent in one sendmsg, so the kernel commits all of it or none of it.
+// Kernel is the real nftables, programmed over one lasting NETLINK_NETFILTER socket (a second
+// one reads tables back beside it: decode_dump.go). Every Apply is one nfnetlink batch sent in
+// one sendmsg, so the kernel commits all of it or none of it.
 //
 // A Kernel is not safe for concurrent use: one reconciler goroutine owns it (sequence numbers and
 // the socket's replies belong to one request at a time).
@@ -20,7 +21,8 @@ type Kernel struct {
 	conn *nlConn
 	// dumpConn is a second socket, opened by the first read-back of a table, on which that
 	// read-back's sets are dumped beside those on conn (see dumpContents). netnsFD is the
-	// namespace it is opened in: a duplicate of WithNetNS's fd (0: the caller's own).
+	// namespace it is opened in: the Kernel's own copy (dup) of WithNetNS's fd (0: the caller's
+	// namespace).
 	dumpConn *nlConn
 	netnsFD  int
 	// dumpSockets is how many sockets a read-back uses (0: dumpSocketsDefault); tests set it.
