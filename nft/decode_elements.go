@@ -44,24 +44,28 @@ type decodeElems struct {
 	pack  bool
 	packs []byte
 	ends  []decodePackEnd
-	each  func(Packed) // given each packed element
+	pipe  *dumpPipe // takes the packed elements, a batch per flush
 }
 
 // decodePackChunk is how many bytes of packings share one string.
 const decodePackChunk = 64 << 10
 
-// flush turns the packings in d.packs into Packeds sharing one string.
+// flush turns the packings in d.packs into Packeds sharing one string, handed on as one batch.
+// It waits while the pipe is full: the caller's goroutine empties it until every socket's
+// goroutine is done (dumpContents), so it cannot wait forever.
 func (d *decodeElems) flush() {
 	if len(d.ends) == 0 {
 		return
 	}
 	chunk := string(d.packs)
+	b := d.pipe.batch(len(d.ends))
 	start := uint32(0)
 	for _, e := range d.ends {
-		d.each(packedOf(chunk[start:e.end], e.id))
+		b = append(b, packedOf(chunk[start:e.end], e.id))
 		start = e.end
 	}
 	d.packs, d.ends = d.packs[:0], d.ends[:0]
+	d.pipe.full <- b
 }
 
 // decodePackEnd is where one packed element ends in decodeElems.packs, and its ID's length.
@@ -75,28 +79,28 @@ type decodeRawElem struct {
 	el          Element
 }
 
-func (k *Kernel) dumpElements(ctx context.Context, t Table, s *Set, chains map[string]string) ([]Element, error) {
+func (k *Kernel) dumpElements(ctx context.Context, c *nlConn, t Table, s *Set, chains map[string]string) ([]Element, error) {
 	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains}
-	if err := k.decodeElements(ctx, t, d); err != nil {
+	if err := k.decodeElements(ctx, c, t, d); err != nil {
 		return nil, err
 	}
 	return d.sorted(), nil
 }
 
-// dumpPacked reads back the elements of set s packed, in the kernel's order.
-func (k *Kernel) dumpPacked(ctx context.Context, t Table, s *Set, chains map[string]string, each func(Packed)) error {
-	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains, pack: true, each: each}
-	if err := k.decodeElements(ctx, t, d); err != nil {
+// dumpPacked reads back the elements of set s packed, in the kernel's order, into pipe.
+func (k *Kernel) dumpPacked(ctx context.Context, c *nlConn, t Table, s *Set, chains map[string]string, pipe *dumpPipe) error {
+	d := &decodeElems{set: s, bigHost: codecHostToBig(s.Interval), chains: chains, pack: true, pipe: pipe}
+	if err := k.decodeElements(ctx, c, t, d); err != nil {
 		return err
 	}
 	d.flush()
 	return nil
 }
 
-// decodeElements reads the elements of d's set into d.
-func (k *Kernel) decodeElements(ctx context.Context, t Table, d *decodeElems) error {
+// decodeElements reads the elements of d's set into d, from socket c.
+func (k *Kernel) decodeElements(ctx context.Context, c *nlConn, t Table, d *decodeElems) error {
 	s := d.set
-	err := k.conn.dump(ctx, unix.NFT_MSG_GETSETELEM, t.Family, func(w *nlBuf) {
+	err := c.dump(ctx, unix.NFT_MSG_GETSETELEM, t.Family, func(w *nlBuf) {
 		w.str(unix.NFTA_SET_ELEM_LIST_TABLE, t.Name)
 		w.str(unix.NFTA_SET_ELEM_LIST_SET, s.Name)
 	}, func(m nlMsg) error {

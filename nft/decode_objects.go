@@ -22,9 +22,10 @@ func decodeTableAttr(t Table) func(w *nlBuf) {
 func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) { return k.dump(ctx, t, nil) }
 
 // DumpPacked reads back everything table t holds but its elements, which it hands to each,
-// packed, as they are decoded (set by set, in the kernel's order): a reader that keeps elements
-// packed keeps only those it wants, and a table of 300k elements is never held unpacked (~310
-// bytes each) nor whole.
+// packed, as they are decoded (each set's in the kernel's order; two sets' may come
+// interleaved, see dumpContents): a reader that keeps elements packed keeps only those it
+// wants, and a table of 300k elements is never held unpacked (~310 bytes each) nor whole. each
+// is called on the caller's goroutine, never twice at once.
 func (k *Kernel) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
 	return k.dump(ctx, t, each)
 }
@@ -45,27 +46,11 @@ func (k *Kernel) dump(ctx context.Context, t Table, each func(Packed)) (*Ruleset
 	for _, s := range rs.Sets {
 		k.sets[t][s.Name] = s
 	}
-	chains := map[string]string{}
 	if each != nil {
 		rs.Elements = nil
 	}
-	for i := range rs.Sets {
-		if each != nil {
-			if err := k.dumpPacked(ctx, t, &rs.Sets[i], chains, each); err != nil {
-				return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)
-			}
-			continue
-		}
-		els, err := k.dumpElements(ctx, t, &rs.Sets[i], chains)
-		if err != nil {
-			return nil, fmt.Errorf("dump table %s: elements of set %s: %w", t, rs.Sets[i].Name, err)
-		}
-		if len(els) > 0 {
-			rs.Elements[rs.Sets[i].Name] = els
-		}
-	}
-	if rs.Rules, err = k.dumpRules(ctx, t, rs); err != nil {
-		return nil, fmt.Errorf("dump table %s: rules: %w", t, err)
+	if err := k.dumpContents(ctx, t, rs, each); err != nil {
+		return nil, fmt.Errorf("dump table %s: %w", t, err)
 	}
 	return rs, nil
 }
@@ -206,14 +191,14 @@ func decodeVerdictCode(code int32, chain string) (Verdict, error) {
 	return Verdict{}, fmt.Errorf("unknown verdict code %d", code)
 }
 
-func (k *Kernel) dumpRules(ctx context.Context, t Table, rs *Ruleset) ([]Rule, error) {
+func (k *Kernel) dumpRules(ctx context.Context, c *nlConn, t Table, rs *Ruleset) ([]Rule, error) {
 	sets := map[string]*Set{}
 	for i := range rs.Sets {
 		sets[rs.Sets[i].Name] = &rs.Sets[i]
 	}
 	var out []Rule
 	chains := map[string]string{} // each rule's chain name, shared by the rules of a chain
-	err := k.conn.dump(ctx, unix.NFT_MSG_GETRULE, t.Family, func(w *nlBuf) { w.str(unix.NFTA_RULE_TABLE, t.Name) }, func(m nlMsg) error {
+	err := c.dump(ctx, unix.NFT_MSG_GETRULE, t.Family, func(w *nlBuf) { w.str(unix.NFTA_RULE_TABLE, t.Name) }, func(m nlMsg) error {
 		if len(m.data) < nlNfgenLen {
 			return nil
 		}

@@ -11,13 +11,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Kernel is the real nftables, programmed over one lasting NETLINK_NETFILTER socket. Every Apply
-// is one nfnetlink batch sent in one sendmsg, so the kernel commits all of it or none of it.
+// Kernel is the real nftables, programmed over one lasting NETLINK_NETFILTER socket (a second
+// one reads tables back beside it: decode_dump.go). Every Apply is one nfnetlink batch sent in
+// one sendmsg, so the kernel commits all of it or none of it.
 //
 // A Kernel is not safe for concurrent use: one reconciler goroutine owns it (sequence numbers and
 // the socket's replies belong to one request at a time).
 type Kernel struct {
 	conn *nlConn
+	// dumpConn is a second socket, opened by the first read-back of a table, on which that
+	// read-back's sets are dumped beside those on conn (see dumpContents). netnsFD is the
+	// namespace it is opened in: the Kernel's own copy (dup) of WithNetNS's fd (0: the caller's
+	// namespace).
+	dumpConn *nlConn
+	netnsFD  int
+	// dumpSockets is how many sockets a read-back uses (0: dumpSocketsDefault); tests set it.
+	dumpSockets int
+	// dumpJobHook, when set (tests), runs on a read-back's socket i before it dumps job j
+	// (the elements of the table's j-th set, or the rules for j == len(sets)), with the
+	// context that job runs in.
+	dumpJobHook func(ctx context.Context, i, j int)
 	// sets caches the definitions of the sets each table holds, so encoding an element op on a
 	// set the transaction does not add needs no read-back: reading every set of a 10k-Service
 	// table costs ~100 ms per partial sync. Learned from Dump and from applied transactions; a
@@ -58,11 +71,31 @@ func NewKernel(opts ...KernelOption) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Kernel{conn: c, sets: map[Table]map[string]Set{}}, nil
+	k := &Kernel{conn: c, sets: map[Table]map[string]Set{}}
+	if cfg.netnsFD > 0 {
+		// Kept for the read-back's second socket, which is opened later: the caller may
+		// close its fd once NewKernel returns.
+		if k.netnsFD, err = unix.FcntlInt(uintptr(cfg.netnsFD), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+			c.close()
+			return nil, fmt.Errorf("keep network namespace fd %d: %w", cfg.netnsFD, err)
+		}
+	}
+	return k, nil
 }
 
-// Close releases the socket.
-func (k *Kernel) Close() error { return k.conn.close() }
+// Close releases the sockets.
+func (k *Kernel) Close() error {
+	err := k.conn.close()
+	if k.dumpConn != nil {
+		k.dumpConn.close()
+		k.dumpConn = nil
+	}
+	if k.netnsFD > 0 {
+		unix.Close(k.netnsFD)
+		k.netnsFD = 0
+	}
+	return err
+}
 
 // Apply sends tx as one batch (see README.md, "ACKs and errors"): only BATCH_END asks for an
 // acknowledgement, the kernel reports every refused message by its sequence number, and the

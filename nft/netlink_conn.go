@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/mdlayher/socket"
 	"golang.org/x/sys/unix"
@@ -20,6 +21,11 @@ type nlConn struct {
 	seq     uint32
 	recvBuf []byte
 	msgs    []nlMsg // reused by recv: its messages alias recvBuf
+	// abandoned is the sequence number of a dump whose reader stopped before its end (an
+	// error in the reply or its decoding, a cancelled context), 0 if none. The kernel produces
+	// a dump's next reply as the socket is read and refuses another dump (EBUSY) until it has
+	// sent the last, so the next request reads the rest of it first (finish).
+	abandoned uint32
 }
 
 const (
@@ -271,13 +277,55 @@ func (c *nlConn) get(ctx context.Context, typ uint16, fam Family, attrs func(w *
 }
 
 func (c *nlConn) request(ctx context.Context, req []byte, seq uint32, fn func(m nlMsg) error) error {
+	// A read cancelled by its context is stopped with a read deadline in the past, which the
+	// socket package clears after the read, but not when the cancellation comes just as the
+	// read returns: the deadline then stays, and every later read fails with "i/o timeout".
+	// (No syscall: the deadline is the Go runtime's.)
+	if err := c.s.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("clear netlink read deadline: %w", err)
+	}
+	if err := c.finish(ctx); err != nil {
+		return err
+	}
 	if err := c.send(ctx, req); err != nil {
 		return fmt.Errorf("send netlink request: %w", err)
 	}
+	done, err := c.replies(ctx, seq, fn)
+	if !done {
+		c.abandoned = seq
+	}
+	return err
+}
+
+// finish reads the rest of an abandoned dump (see nlConn.abandoned) and drops it. The kernel
+// queues a dump's first reply inside the sendmsg of its request and each next one inside the
+// recvmsg that takes the one before, so until the last reply is read the queue is never empty:
+// reading without blocking until it is reads all of it. (Apply's drain may have read it
+// already: then the queue is empty at once.)
+func (c *nlConn) finish(ctx context.Context) error {
+	if c.abandoned == 0 {
+		return nil
+	}
+	for {
+		msgs, err := c.recv(ctx, false)
+		if err != nil {
+			return fmt.Errorf("read the rest of an abandoned netlink dump: %w", err)
+		}
+		if msgs == nil {
+			c.abandoned = 0
+			return nil
+		}
+	}
+}
+
+// replies reads the replies to request seq and calls fn for each until NLMSG_DONE or the
+// kernel's error or ACK; done reports whether the kernel sent its last reply (an error of fn or
+// of the read leaves the rest unread).
+func (c *nlConn) replies(ctx context.Context, seq uint32, fn func(m nlMsg) error) (done bool, err error) {
 	for {
 		msgs, err := c.recv(ctx, true)
 		if err != nil {
-			return fmt.Errorf("receive netlink reply: %w", err)
+			return false, fmt.Errorf("receive netlink reply: %w", err)
 		}
 		for _, m := range msgs {
 			if m.seq != seq {
@@ -285,22 +333,22 @@ func (c *nlConn) request(ctx context.Context, req []byte, seq uint32, fn func(m 
 			}
 			switch m.typ {
 			case unix.NLMSG_DONE:
-				return nil
+				return true, nil
 			case unix.NLMSG_ERROR:
 				e, err := nlParseError(m)
 				if err != nil {
-					return err
+					return true, err
 				}
 				if e.errno != 0 {
 					if e.msg != "" {
-						return fmt.Errorf("%w (%s)", e.errno, e.msg)
+						return true, fmt.Errorf("%w (%s)", e.errno, e.msg)
 					}
-					return e.errno
+					return true, e.errno
 				}
-				return nil // ACK of a non-dump request
+				return true, nil // ACK of a non-dump request
 			default:
 				if err := fn(m); err != nil {
-					return err
+					return false, err
 				}
 			}
 		}

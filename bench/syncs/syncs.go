@@ -125,12 +125,15 @@ func (c Config) AllShapes() []Shape {
 // Results holds, per shape, every phase's samples.
 type Results map[Shape]map[Phase][]Sample
 
-// timed wraps the kernel to time the reconciler's reads and applies.
+// timed wraps the kernel to time the reconciler's reads and applies. It is a PackedDumper, as
+// the daemon's kernel is, so the reconciler reads a restart back as it does in the daemon.
 type timed struct {
 	k          nft.Interface
 	dump, appl time.Duration
 	stats      nft.Stats
 }
+
+var _ nft.PackedDumper = (*timed)(nil)
 
 func (t *timed) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
 	start := time.Now()
@@ -145,6 +148,20 @@ func (t *timed) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, erro
 func (t *timed) Dump(ctx context.Context, tb nft.Table) (*nft.Ruleset, error) {
 	start := time.Now()
 	rs, err := t.k.Dump(ctx, tb)
+	t.dump += time.Since(start)
+	return rs, err
+}
+
+// DumpPacked times the read-back the reconciler makes when its kernel offers it, as the daemon's
+// nft.Kernel does: without it the reconciler fell back to Dump, and a restart was measured on a
+// path the daemon does not take (every element unpacked, sorted and packed again).
+func (t *timed) DumpPacked(ctx context.Context, tb nft.Table, each func(nft.Packed)) (*nft.Ruleset, error) {
+	pd, ok := t.k.(nft.PackedDumper)
+	if !ok {
+		return nil, fmt.Errorf("dump table %s packed: %T cannot", tb, t.k)
+	}
+	start := time.Now()
+	rs, err := pd.DumpPacked(ctx, tb, each)
 	t.dump += time.Since(start)
 	return rs, err
 }
