@@ -36,7 +36,8 @@ func TestKernelBatchExactSize(t *testing.T) {
 		k := &Kernel{conn: &nlConn{}, sets: map[Table]map[string]Set{}}
 		for name, tx := range map[string]*Transaction{"shapes " + fam.String(): tx,
 			"full sync": benchFullSyncTx(500, 10, false), "restart shape": benchFullSyncTx(500, 10, true),
-			"restart shape, packed": packTx(benchFullSyncTx(500, 10, true))} {
+			"restart shape, packed":       packTx(benchFullSyncTx(500, 10, true)),
+			"restart shape, packed lists": listTx(packTx(benchFullSyncTx(500, 10, true)))} {
 			b, err := k.encode(context.Background(), tx)
 			if err != nil {
 				t.Fatalf("%s: encode: %v", name, err)

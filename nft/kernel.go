@@ -69,17 +69,17 @@ func (k *Kernel) Close() error { return k.conn.close() }
 // replies are read once the kernel has processed the whole batch (it does so inside sendmsg).
 // A refused op comes back as *OpError naming it.
 func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
-	st := Stats{Ops: len(tx.Ops)}
-	for i, op := range tx.Ops {
+	st := Stats{Ops: tx.Len()}
+	for i, op := range tx.All() {
 		t := kernelOpTable(tx, op)
 		if t.Name == "" || (t.Family != IPv4 && t.Family != IPv6) {
-			return st, fmt.Errorf("apply transaction (%d ops): op %d on table %q: needs a table name and family IPv4 or IPv6", len(tx.Ops), i, t)
+			return st, fmt.Errorf("apply transaction (%d ops): op %d on table %q: needs a table name and family IPv4 or IPv6", st.Ops, i, t)
 		}
 	}
-	if len(tx.Ops) == 0 {
+	if st.Ops == 0 {
 		return st, nil
 	}
-	if w := k.watcher; w != nil && len(tx.Ops) >= unwatchedOps {
+	if w := k.watcher; w != nil && st.Ops >= unwatchedOps {
 		return k.applyUnwatched(ctx, tx, w)
 	}
 	return k.apply(ctx, tx)
@@ -134,22 +134,22 @@ func nextGeneration(g uint32) uint32 {
 
 // apply encodes and sends tx as one batch and reads the kernel's verdict.
 func (k *Kernel) apply(ctx context.Context, tx *Transaction) (Stats, error) {
-	st := Stats{Ops: len(tx.Ops)}
+	st := Stats{Ops: tx.Len()}
 	b, err := k.encode(ctx, tx)
 	if err != nil {
 		return st, err
 	}
 	st.Messages, st.Bytes = len(b.msgs)+2, len(b.w.b)
 	if err := k.conn.growSnd(len(b.w.b)); err != nil {
-		return st, fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+		return st, fmt.Errorf("apply transaction (%d ops): %w", st.Ops, err)
 	}
 	// Error replies are small (capped, no echo of the request); make room for one per message.
 	if err := k.conn.growRcv(len(b.msgs) * 1024); err != nil {
-		return st, fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+		return st, fmt.Errorf("apply transaction (%d ops): %w", st.Ops, err)
 	}
 	start := time.Now()
 	if err := k.conn.send(ctx, b.w.b); err != nil {
-		return st, fmt.Errorf("apply transaction (%d ops, %d bytes): send: %w", len(tx.Ops), len(b.w.b), err)
+		return st, fmt.Errorf("apply transaction (%d ops, %d bytes): send: %w", st.Ops, len(b.w.b), err)
 	}
 	err = k.collect(ctx, tx, b)
 	st.Duration = time.Since(start)
@@ -273,7 +273,7 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 	if err := m.encodeOps(tx); err != nil {
 		return nil, err
 	}
-	b := &codecBatch{seq0: k.conn.nextSeq(len(tx.Ops) + 2)}
+	b := &codecBatch{seq0: k.conn.nextSeq(tx.Len() + 2)}
 	b.sets = sets(b)
 	b.w.b = make([]byte, 0, m.size())
 	b.msgs = make([]codecMsg, 0, len(m.msgs))
@@ -294,7 +294,7 @@ func (b *codecBatch) encodeOps(tx *Transaction) error {
 	}}
 	begin := b.w.beginMsg(unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	b.w.endMsg(begin)
-	for i, op := range tx.Ops {
+	for i, op := range tx.All() {
 		t := kernelOpTable(tx, op)
 		b.switchTable(t)
 		rc.fam = t.Family
@@ -305,7 +305,7 @@ func (b *codecBatch) encodeOps(tx *Transaction) error {
 			} else {
 				oe.Err = fmt.Errorf("%v: %w", err, syscall.EINVAL)
 			}
-			return fmt.Errorf("apply transaction (%d ops): nothing sent: %w", len(tx.Ops), oe)
+			return fmt.Errorf("apply transaction (%d ops): nothing sent: %w", tx.Len(), oe)
 		}
 	}
 	b.closeElems()
@@ -328,6 +328,7 @@ func (b *codecBatch) encodeOps(tx *Transaction) error {
 // Failure: one error per refused message; the first becomes the returned OpError.
 func (k *Kernel) collect(ctx context.Context, tx *Transaction, b *codecBatch) error {
 	var errs []nlErrReply
+	n := tx.Len()
 	endSeq := b.seq0 + 1 + uint32(len(b.msgs))
 	for {
 		msgs, err := k.conn.recv(ctx, false)
@@ -339,7 +340,7 @@ func (k *Kernel) collect(ctx context.Context, tx *Transaction, b *codecBatch) er
 					msg: "too many error replies for the receive buffer; the transaction was aborted"})
 				continue
 			}
-			return fmt.Errorf("apply transaction (%d ops): read kernel replies: %w", len(tx.Ops), err)
+			return fmt.Errorf("apply transaction (%d ops): read kernel replies: %w", n, err)
 		}
 		if msgs == nil {
 			break
@@ -350,7 +351,7 @@ func (k *Kernel) collect(ctx context.Context, tx *Transaction, b *codecBatch) er
 			}
 			e, err := nlParseError(m)
 			if err != nil {
-				return fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+				return fmt.Errorf("apply transaction (%d ops): %w", n, err)
 			}
 			if e.errno != 0 {
 				errs = append(errs, e)
@@ -372,9 +373,9 @@ func (k *Kernel) collect(ctx context.Context, tx *Transaction, b *codecBatch) er
 		}
 	}
 	if len(errs) > 1 {
-		return fmt.Errorf("apply transaction (%d ops): %d ops refused, first: %w", len(tx.Ops), len(errs), first)
+		return fmt.Errorf("apply transaction (%d ops): %d ops refused, first: %w", n, len(errs), first)
 	}
-	return fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), first)
+	return fmt.Errorf("apply transaction (%d ops): %w", n, first)
 }
 
 // opError maps an error reply back to the op that caused it: by sequence number to the message,
@@ -386,11 +387,11 @@ func (k *Kernel) opError(tx *Transaction, b *codecBatch, e nlErrReply) *OpError 
 	}
 	idx := b.msgs[i].op
 	if e.offset >= 0 {
-		if j := b.elementOp(b.msgs[i], e.offset); j < len(tx.Ops) {
+		if j := b.elementOp(b.msgs[i], e.offset); j < tx.Len() {
 			idx = j
 		}
 	}
-	op := tx.Ops[idx]
+	op := tx.Op(idx)
 	return &OpError{Index: idx, Op: codecOpName(op), Object: codecObjectDesc(kernelOpTable(tx, op), op), Err: e.errno, Detail: e.msg}
 }
 
@@ -431,7 +432,7 @@ func codecNumgenModuli(tx *Transaction, sets map[kernelSetKey]*codecSetInfo) {
 	var last *codecSetInfo
 	var lastKey kernelSetKey
 	var sc elementScratch
-	for _, op := range tx.Ops {
+	for _, op := range tx.All() {
 		el := sc.of(op.Object)
 		if el == nil || op.Verb != VerbAdd || len(el.Key) == 0 || el.Key[len(el.Key)-1].Type != TypeInteger {
 			continue
