@@ -246,8 +246,7 @@ func (s *Source) lookup(key model.ServiceKey) *corev1.Service {
 	if err != nil || !ok {
 		return nil
 	}
-	svc, _ := obj.(*corev1.Service)
-	return svc
+	return serviceOf(obj)
 }
 
 // watchErrorLogger logs list/watch failures with what to do; the informer keeps retrying.
@@ -273,7 +272,11 @@ func tombstone(obj any) any {
 
 func serviceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler {
 	upsert := func(obj any) {
-		if svc, ok := obj.(*corev1.Service); ok {
+		switch svc := obj.(type) {
+		case *packedService:
+			tr.UpsertPackedService(svc.packed)
+			changed()
+		case *corev1.Service:
 			tr.UpsertService(svc)
 			changed()
 		}
@@ -282,7 +285,11 @@ func serviceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandle
 		AddFunc:    func(obj any) { upsert(obj) },
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			if svc, ok := tombstone(obj).(*corev1.Service); ok {
+			switch svc := tombstone(obj).(type) {
+			case *packedService:
+				tr.DeleteService(model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
+				changed()
+			case *corev1.Service:
 				tr.DeleteService(model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
 				changed()
 			}

@@ -259,3 +259,41 @@ func TestStoreKeepsTheParsedSlice(t *testing.T) {
 		}
 	}
 }
+
+// TestStorePacksTheService: the Service informer keeps a Service as its metadata and the
+// slimmed object packed, which decodes to exactly the slimmed object; storing it again, or a
+// cache's deep copy, shares the packing; lookups and tombstones see the decoded Service.
+func TestStorePacksTheService(t *testing.T) {
+	for _, svc := range heavyServices() {
+		orig := svc.DeepCopy()
+		orig.ResourceVersion = "42"
+		want, _ := newSlimmer().transform(orig.DeepCopy())
+		st := newSlimmer().store
+		got, err := st(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := got.(*packedService)
+		if !ok {
+			t.Fatalf("%s: store gave %T, want *packedService", svc.Name, got)
+		}
+		if dec := p.packed.Service(); !reflect.DeepEqual(dec, want) {
+			t.Errorf("%s: packed Service decodes to\n got %+v\nwant %+v", svc.Name, dec, want)
+		}
+		if p.Namespace != orig.Namespace || p.Name != orig.Name || p.ResourceVersion != "42" || p.UID != orig.UID {
+			t.Errorf("%s: metadata %s/%s@%s uid %s, want %s/%s@42 uid %s", svc.Name, p.Namespace, p.Name, p.ResourceVersion, p.UID, orig.Namespace, orig.Name, orig.UID)
+		}
+		if len(p.Labels)+len(p.Annotations)+len(p.ManagedFields) > 0 {
+			t.Errorf("%s: the stored metadata keeps labels, annotations or managed fields", svc.Name)
+		}
+		again, _ := st(p)
+		if c := p.DeepCopyObject().(*packedService); again != p || c.packed != p.packed {
+			t.Errorf("%s: storing again or deep-copying made another packing", svc.Name)
+		}
+		for _, obj := range []any{p, cache.DeletedFinalStateUnknown{Key: "k", Obj: p}} {
+			if s := serviceOf(obj); !reflect.DeepEqual(s, want) {
+				t.Errorf("%s: serviceOf(%T) = %+v, want the slimmed Service", svc.Name, obj, s)
+			}
+		}
+	}
+}
