@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
@@ -287,7 +287,7 @@ func serviceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandle
 		DeleteFunc: func(obj any) {
 			switch svc := tombstone(obj).(type) {
 			case *packedService:
-				tr.DeleteService(model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
+				tr.DeleteService(model.ServiceKey{Namespace: svc.namespace, Name: svc.name})
 				changed()
 			case *corev1.Service:
 				tr.DeleteService(model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
@@ -312,7 +312,7 @@ func sliceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler 
 		AddFunc:    func(obj any) { upsert(obj) },
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			if s, ok := tombstone(obj).(metav1.Object); ok {
+			if s, err := meta.Accessor(tombstone(obj)); err == nil {
 				tr.DeleteEndpointSlice(s.GetNamespace(), s.GetName())
 				changed()
 			}
