@@ -43,13 +43,12 @@ type codecSetInfo struct {
 
 func (s *codecSetInfo) singleInterval() bool { return s.set.Interval && len(s.set.Key) == 1 }
 
-// codecMsg records which ops one message of the batch carries, so that an error reply (by sequence
-// number, and for element lists by attribute offset) names the op the kernel refused.
+// codecMsg records which op a message of the batch starts with and where it is, so that an
+// error reply (by sequence number, and for element lists by attribute offset, see elementOp)
+// names the op the kernel refused.
 type codecMsg struct {
-	op int // first op of the message
-	// for element messages: its element attributes are elemOps/elemOffs[elemStart:elemEnd] of
-	// the batch (flat slices, so a message costs no allocation of its own)
-	elemStart, elemEnd int32
+	op  int   // first op of the message
+	off int32 // the message's offset in the batch
 }
 
 // codecBatch is one transaction being encoded.
@@ -59,9 +58,11 @@ type codecBatch struct {
 	table string
 	seq0  uint32 // sequence number of BATCH_BEGIN; message i of msgs has seq0+1+i
 	msgs  []codecMsg
-	// op index of each element attribute, and its offset from the start of its message
-	elemOps, elemOffs []int32
-	sets              func(name string) (*codecSetInfo, error)
+	sets  func(name string) (*codecSetInfo, error)
+	// measure makes the batch only measure itself: each message is dropped from w once the next
+	// one begins, its length added to measured (see Kernel.encode).
+	measure  bool
+	measured int
 	// the set the last element named, in the current table (consecutive elements share a set)
 	lastSet     string
 	lastSetInfo *codecSetInfo
@@ -77,11 +78,18 @@ type codecBatch struct {
 
 func (b *codecBatch) begin(typ uint16, flags uint16, op int) int {
 	b.closeElems()
+	if b.measure {
+		b.measured += len(b.w.b)
+		b.w.b = b.w.b[:0]
+	}
 	seq := b.seq0 + 1 + uint32(len(b.msgs))
-	n := int32(len(b.elemOps))
-	b.msgs = append(b.msgs, codecMsg{op: op, elemStart: n, elemEnd: n})
+	b.msgs = append(b.msgs, codecMsg{op: op, off: int32(len(b.w.b))})
 	return b.w.beginMsg(codecMsgTypeNFT|typ, flags, seq, uint8(b.fam), 0)
 }
+
+// size is the length of the batch encoded so far, the dropped messages of a measuring batch
+// included.
+func (b *codecBatch) size() int { return b.measured + len(b.w.b) }
 
 // closeElems ends an open element-list message.
 func (b *codecBatch) closeElems() {
@@ -435,22 +443,19 @@ func (b *codecBatch) element(i int, verb Verb, e *Element) error {
 	if info.singleInterval() {
 		// nft's encoding of a single-field range: a start element, and an end element flagged
 		// INTERVAL_END at the first key after the range (none if the range reaches the top).
-		b.elemAttr(i, key, nil, 0, data, e, verb)
+		b.elemAttr(key, nil, 0, data, e, verb)
 		var ok bool
 		if b.next, ok = codecIncrement(b.next[:0], keyEnd); ok {
-			b.elemAttr(i, b.next, nil, codecElemIntervalEnd, nil, nil, verb)
+			b.elemAttr(b.next, nil, codecElemIntervalEnd, nil, nil, verb)
 		}
 		return nil
 	}
-	b.elemAttr(i, key, keyEnd, 0, data, e, verb)
+	b.elemAttr(key, keyEnd, 0, data, e, verb)
 	return nil
 }
 
-func (b *codecBatch) elemAttr(i int, key, keyEnd []byte, flags uint32, data []byte, e *Element, verb Verb) {
+func (b *codecBatch) elemAttr(key, keyEnd []byte, flags uint32, data []byte, e *Element, verb Verb) {
 	w := &b.w
-	b.elemOps = append(b.elemOps, int32(i))
-	b.elemOffs = append(b.elemOffs, int32(len(w.b)-b.elemMsg))
-	b.msgs[len(b.msgs)-1].elemEnd = int32(len(b.elemOps))
 	n := w.nest(unix.NFTA_LIST_ELEM)
 	k := w.nest(unix.NFTA_SET_ELEM_KEY)
 	w.attr(unix.NFTA_DATA_VALUE, key)
@@ -491,62 +496,61 @@ func (b *codecBatch) elemAttr(i int, key, keyEnd []byte, flags uint32, data []by
 	w.endNest(n)
 }
 
-// codecBatchSize estimates what tx encodes to, a little above it for the shapes nftproxy sends,
-// so that the batch buffer and its bookkeeping are allocated once instead of doubling their way
-// up (a 10k-Service full sync is ~7 MB). It returns the bytes, the element ops and the
-// messages.
-func codecBatchSize(tx *Transaction) (bytes, elems, msgs int) {
-	n := 64
-	var sc elementScratch
-	for _, op := range tx.Ops {
-		o := op.Object
-		if _, ok := o.(*Packed); ok {
-			o = sc.of(o)
-		}
-		switch o := o.(type) {
-		case *Element:
-			elems++
-			// list element, key nest and value: 12 bytes of headers and the key
-			n += 16 + codecValuesSize(o.Key)
-			if o.KeyEnd != nil {
-				n += 12 + codecValuesSize(o.KeyEnd)
-			}
-			if o.Data != nil {
-				n += 8 + codecValuesSize(o.Data)
-			}
-			if o.Verdict != nil {
-				n += 28 + len(o.Verdict.Chain)
-			}
-			if o.Comment != "" {
-				n += 12 + len(o.Comment)
-			}
-			if o.Timeout > 0 {
-				n += 12
-			}
-		case *Rule:
-			msgs++
-			n += 128 + 128*len(o.Exprs) + len(o.Comment)
-		default:
-			msgs++
-			n += 512
-		}
+// elementOp returns the op whose element holds the byte at offset (from the start of message
+// m, as the kernel's extended ACK points at the attribute it refused) in an element-list
+// message, read from the batch itself: the ops of one element message are consecutive, each
+// encoded as one element attribute, except that a single-field interval is followed by its end
+// as an attribute of its own, flagged INTERVAL_END. So the op is m's first op plus the starts
+// before the element. An offset before the first element (the set's name) names m's first op;
+// one past the last, the last element's.
+func (b *codecBatch) elementOp(m codecMsg, offset int) int {
+	msg := b.w.b[m.off:]
+	if len(msg) < nlMsgHdrLen+nlNfgenLen {
+		return m.op
 	}
-	// element lists are split into messages of codecElemChunkBytes, each with its header
-	chunks := n/codecElemChunkBytes + 1
-	return n + chunks*128, elems, msgs + chunks + 2
+	msg = msg[:binary.NativeEndian.Uint32(msg[0:4])]
+	if t := binary.NativeEndian.Uint16(msg[4:6]); t != codecMsgTypeNFT|unix.NFT_MSG_NEWSETELEM && t != codecMsgTypeNFT|unix.NFT_MSG_DELSETELEM {
+		return m.op
+	}
+	list, ok := codecAttrAt(msg, nlMsgHdrLen+nlNfgenLen, len(msg), unix.NFTA_SET_ELEM_LIST_ELEMENTS, -1)
+	if !ok {
+		return m.op
+	}
+	op, starts := m.op, 0
+	for off := list + nlAttrHdrLen; off+nlAttrHdrLen <= list+codecAttrLen(msg, list) && off <= offset; {
+		n := codecAttrLen(msg, off)
+		if n < nlAttrHdrLen {
+			break
+		}
+		end := false
+		if f, ok := codecAttrAt(msg, off+nlAttrHdrLen, off+n, unix.NFTA_SET_ELEM_FLAGS, 4); ok {
+			end = binary.BigEndian.Uint32(msg[f+nlAttrHdrLen:])&codecElemIntervalEnd != 0
+		}
+		if !end {
+			op, starts = m.op+starts, starts+1
+		}
+		off += nlAlign(n)
+	}
+	return op
 }
 
-// codecValuesSize is the encoded length of a key or value: each field padded to 4 bytes.
-func codecValuesSize(vs []Value) int {
-	n := 0
-	for _, v := range vs {
-		if v.Type == TypeIPv6Addr {
-			n += 16
-		} else {
-			n += 4
+// codecAttrLen is the length (header included) of the attribute at off in b.
+func codecAttrLen(b []byte, off int) int { return int(binary.NativeEndian.Uint16(b[off : off+2])) }
+
+// codecAttrAt returns the offset in b of the first attribute of type typ among those from
+// from to to, with at least size bytes of payload when size ≥ 0.
+func codecAttrAt(b []byte, from, to int, typ uint16, size int) (int, bool) {
+	for off := from; off+nlAttrHdrLen <= to; {
+		n := codecAttrLen(b, off)
+		if n < nlAttrHdrLen || off+n > to {
+			return 0, false
 		}
+		if binary.NativeEndian.Uint16(b[off+2:off+4])&nlAttrTypeMsk == typ && n-nlAttrHdrLen >= size {
+			return off, true
+		}
+		off += nlAlign(n)
 	}
-	return n
+	return 0, false
 }
 
 // codecOpName is the "add rule" text of an op, for errors.

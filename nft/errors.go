@@ -9,7 +9,7 @@ import (
 // OpError is the error of a failed transaction: which operation the kernel (or the fake) refused,
 // on which object, and why. Err is usually a syscall.Errno.
 type OpError struct {
-	Index  int    // index of the operation in Transaction.Ops; -1 if the batch as a whole failed
+	Index  int    // index of the operation as Transaction.All numbers it; -1 if the batch as a whole failed
 	Op     string // e.g. "add rule", "delete chain"
 	Object string // e.g. `chain ip nftproxy svc-…`, with enough detail to find it
 	Err    error

@@ -135,7 +135,7 @@ func (w *fakeTx) table(t Table) *fakeTable {
 func (f *Fake) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	st, err := f.apply(ctx, tx)
 	if err != nil && tx != nil {
-		err = fmt.Errorf("apply transaction (%d ops): %w", len(tx.Ops), err)
+		err = fmt.Errorf("apply transaction (%d ops): %w", tx.Len(), err)
 	} else if err != nil {
 		err = fmt.Errorf("apply transaction: %w", err)
 	}
@@ -147,12 +147,12 @@ func (f *Fake) apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, err
 	}
-	if tx == nil || len(tx.Ops) == 0 {
+	if tx == nil || tx.Len() == 0 {
 		return Stats{}, nil
 	}
-	st := Stats{Ops: len(tx.Ops), Messages: len(tx.Ops) + 2}
+	st := Stats{Ops: tx.Len(), Messages: tx.Len() + 2}
 	w := f.begin()
-	if err := w.run(tx.Ops); err != nil {
+	if err := w.run(tx); err != nil {
 		f.Refused++
 		return st, err
 	}
@@ -161,7 +161,7 @@ func (f *Fake) apply(ctx context.Context, tx *Transaction) (Stats, error) {
 		// after each message, so the error names the op that made the table invalid.
 		replay := f.begin()
 		replay.validateEach = true
-		if rerr := replay.run(tx.Ops); rerr != nil {
+		if rerr := replay.run(tx); rerr != nil {
 			err = rerr
 		}
 		f.Refused++
@@ -173,8 +173,8 @@ func (f *Fake) apply(ctx context.Context, tx *Transaction) (Stats, error) {
 	return st, nil
 }
 
-func (w *fakeTx) run(ops []Op) error {
-	for i, op := range ops {
+func (w *fakeTx) run(tx *Transaction) error {
+	for i, op := range tx.All() {
 		if w.refuse != nil {
 			if errno := w.refuse(op); errno != 0 {
 				return fakeErr(i, op, errno, "refused by the test's RefuseOp")

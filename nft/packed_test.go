@@ -126,33 +126,60 @@ func packTx(tx *Transaction) *Transaction {
 	return out
 }
 
-// TestPackedOpsEqualElementOps: a transaction of packed elements leaves the kernel, the Fake and
-// the renderer exactly where the same elements unpacked do.
+// listTx returns tx with every run of consecutive packed element ops of one verb and table as
+// one Op on a PackedList.
+func listTx(tx *Transaction) *Transaction {
+	out := &Transaction{Table: tx.Table}
+	for _, op := range tx.Ops {
+		p, ok := op.Object.(*Packed)
+		if !ok {
+			out.Ops = append(out.Ops, op)
+			continue
+		}
+		if n := len(out.Ops); n > 0 {
+			if l, ok := out.Ops[n-1].Object.(*PackedList); ok && out.Ops[n-1].Verb == op.Verb && out.Ops[n-1].Table == op.Table {
+				l.Elements = append(l.Elements, p)
+				continue
+			}
+		}
+		out.Ops = append(out.Ops, Op{Verb: op.Verb, Table: op.Table, Object: &PackedList{Elements: []*Packed{p}}})
+	}
+	return out
+}
+
+// TestPackedOpsEqualElementOps: a transaction of packed elements, one Op each or all in a
+// PackedList, leaves the kernel, the Fake and the renderer exactly where the same elements
+// unpacked do.
 func TestPackedOpsEqualElementOps(t *testing.T) {
 	plain := Table{Family: IPv4, Name: "plain"}
 	packed := Table{Family: IPv4, Name: "packed"}
-	if got, want := RenderTransaction(packTx(allocTx(plain, 50))), RenderTransaction(allocTx(plain, 50)); got != want {
-		t.Errorf("packed transaction renders differently:\n%s\nwant\n%s", got, want)
-	}
-	for _, name := range []string{"fake", "kernel"} {
-		t.Run(name, func(t *testing.T) {
-			var k Interface = NewFake()
-			if name == "kernel" {
-				k, _ = kernelTestNS(t, "nftpk")
-			}
-			packedOpsEqual(t, k, plain, packed)
-		})
+	for _, form := range []struct {
+		name string
+		tx   func(*Transaction) *Transaction
+	}{{"packed", packTx}, {"packed list", func(tx *Transaction) *Transaction { return listTx(packTx(tx)) }}} {
+		if got, want := RenderTransaction(form.tx(allocTx(plain, 50))), RenderTransaction(allocTx(plain, 50)); got != want {
+			t.Errorf("%s: transaction renders differently:\n%s\nwant\n%s", form.name, got, want)
+		}
+		for _, name := range []string{"fake", "kernel"} {
+			t.Run(form.name+"/"+name, func(t *testing.T) {
+				var k Interface = NewFake()
+				if name == "kernel" {
+					k, _ = kernelTestNS(t, "nftpk")
+				}
+				packedOpsEqual(t, k, plain, packed, form.tx)
+			})
+		}
 	}
 }
 
-func packedOpsEqual(t *testing.T, k Interface, plain, packed Table) {
+func packedOpsEqual(t *testing.T, k Interface, plain, packed Table, form func(*Transaction) *Transaction) {
 	ctx := context.Background()
 	name := ""
 	{
 		if _, err := k.Apply(ctx, allocTx(plain, 50)); err != nil {
 			t.Fatalf("%s: apply plain: %v", name, err)
 		}
-		if _, err := k.Apply(ctx, packTx(allocTx(packed, 50))); err != nil {
+		if _, err := k.Apply(ctx, form(allocTx(packed, 50))); err != nil {
 			t.Fatalf("%s: apply packed: %v", name, err)
 		}
 		a, err := k.Dump(ctx, plain)
@@ -174,7 +201,7 @@ func packedOpsEqual(t *testing.T, k Interface, plain, packed Table) {
 				del.Delete(op.Object)
 			}
 		}
-		if _, err := k.Apply(ctx, del); err != nil {
+		if _, err := k.Apply(ctx, form(del)); err != nil {
 			t.Fatalf("%s: delete packed: %v", name, err)
 		}
 		if b, err = k.Dump(ctx, packed); err != nil {
@@ -223,4 +250,46 @@ func TestKernelDumpPackedLarge(t *testing.T) {
 		t.Fatalf("Dump read %d endpoint elements, want 20000", n)
 	}
 	kernelCheckPackedDump(t, k, rs)
+}
+
+// TestPackedListErrorIndex: a refused element inside a PackedList is named by its operation's
+// index as All numbers it (each element of the list one), by the kernel and the Fake, and
+// Transaction.Op of that index is the element.
+func TestPackedListErrorIndex(t *testing.T) {
+	for _, name := range []string{"fake", "kernel"} {
+		t.Run(name, func(t *testing.T) {
+			var k Interface = NewFake()
+			if name == "kernel" {
+				k, _ = kernelTestNS(t, "nftpk-err")
+			}
+			tx := NewTransaction(Table{Family: IPv4, Name: "nftproxy"})
+			tx.Add(&TableObj{})
+			tx.Add(&Chain{Name: "svc"})
+			tx.Add(&Set{Name: "m", Key: []Type{TypeInetService}, Data: []Type{TypeVerdict}})
+			var els []*Packed
+			for p := 1; p <= 3000; p++ {
+				v := &Verdict{Kind: VerdictGoto, Chain: "svc"}
+				if p == 2500 {
+					v.Chain = "missing"
+				}
+				el := Pack(&Element{Set: "m", Key: []Value{Port(uint16(p))}, Verdict: v})
+				els = append(els, &el)
+			}
+			tx.Add(&PackedList{Elements: els[:1000]})
+			tx.Add(&Rule{Chain: "svc", Exprs: []Expr{Verdict{Kind: VerdictAccept}}})
+			tx.Add(&PackedList{Elements: els[1000:]})
+			want := 3 + 1 + 2499 // the table, chain and set; the rule; then port 2500
+			_, err := k.Apply(context.Background(), tx)
+			oe := kernelErrorf(err)
+			if oe == nil || oe.Index != want || !IsNotFound(err) {
+				t.Fatalf("Apply error = %v, want an OpError for op %d (port 2500) with ENOENT", err, want)
+			}
+			if p, ok := tx.Op(oe.Index).Object.(*Packed); !ok || p != els[2499] {
+				t.Errorf("tx.Op(%d) = %+v, want the element of port 2500", oe.Index, tx.Op(oe.Index))
+			}
+			if !strings.Contains(oe.Error(), "2500 : goto missing") {
+				t.Errorf("error %q does not show the refused element", oe)
+			}
+		})
+	}
 }

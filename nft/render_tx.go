@@ -24,7 +24,7 @@ func RenderTransaction(tx *Transaction) string {
 	}
 	maps := map[Table]map[string]bool{}
 	var b strings.Builder
-	for _, op := range tx.Ops {
+	for _, op := range tx.All() {
 		if s, ok := op.Object.(*Set); ok && op.Verb == VerbAdd && s.IsMap() {
 			if maps[op.Table] == nil {
 				maps[op.Table] = map[string]bool{}
@@ -93,8 +93,9 @@ func renderOp(op Op, maps map[string]bool) string {
 	return renderLoud("bad-object", fmt.Sprintf("%T", op.Object))
 }
 
-// SortElementRuns returns a copy of tx in which each run of consecutive element ops with the
-// same verb, table and set is sorted by CompareElements; every other op keeps its place. The
+// SortElementRuns returns a copy of tx, one Op per operation (a PackedList's elements one by
+// one), in which each run of consecutive element ops with the same verb, table and set is
+// sorted by CompareElements; every other op keeps its place. The
 // reconciler sends a hash set's elements in map-iteration order (sorting a full sync's elements
 // cost more than the rest of its plan) and the kernel does not care about that order, so a test
 // comparing a sync's ops with a golden text sorts them first. The order of the runs themselves
@@ -103,7 +104,10 @@ func SortElementRuns(tx *Transaction) *Transaction {
 	if tx == nil {
 		return nil
 	}
-	out := &Transaction{Table: tx.Table, Ops: slices.Clone(tx.Ops)}
+	out := &Transaction{Table: tx.Table, Ops: make([]Op, 0, tx.Len())}
+	for _, op := range tx.All() {
+		out.Ops = append(out.Ops, op)
+	}
 	elem := func(op Op) *Element {
 		if e, ok := ElementOf(op.Object); ok {
 			return &e

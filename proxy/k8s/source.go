@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
@@ -246,8 +246,7 @@ func (s *Source) lookup(key model.ServiceKey) *corev1.Service {
 	if err != nil || !ok {
 		return nil
 	}
-	svc, _ := obj.(*corev1.Service)
-	return svc
+	return serviceOf(obj)
 }
 
 // watchErrorLogger logs list/watch failures with what to do; the informer keeps retrying.
@@ -273,7 +272,11 @@ func tombstone(obj any) any {
 
 func serviceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler {
 	upsert := func(obj any) {
-		if svc, ok := obj.(*corev1.Service); ok {
+		switch svc := obj.(type) {
+		case *packedService:
+			tr.UpsertPackedService(svc.packed)
+			changed()
+		case *corev1.Service:
 			tr.UpsertService(svc)
 			changed()
 		}
@@ -282,7 +285,11 @@ func serviceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandle
 		AddFunc:    func(obj any) { upsert(obj) },
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			if svc, ok := tombstone(obj).(*corev1.Service); ok {
+			switch svc := tombstone(obj).(type) {
+			case *packedService:
+				tr.DeleteService(model.ServiceKey{Namespace: svc.namespace, Name: svc.name})
+				changed()
+			case *corev1.Service:
 				tr.DeleteService(model.ServiceKey{Namespace: svc.Namespace, Name: svc.Name})
 				changed()
 			}
@@ -305,7 +312,7 @@ func sliceHandler(tr *model.Tracker, changed func()) cache.ResourceEventHandler 
 		AddFunc:    func(obj any) { upsert(obj) },
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			if s, ok := tombstone(obj).(metav1.Object); ok {
+			if s, err := meta.Accessor(tombstone(obj)); err == nil {
 				tr.DeleteEndpointSlice(s.GetNamespace(), s.GetName())
 				changed()
 			}

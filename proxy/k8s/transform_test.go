@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	apitypes "k8s.io/apimachinery/pkg/types"
@@ -247,15 +249,72 @@ func TestStoreKeepsTheParsedSlice(t *testing.T) {
 		if !reflect.DeepEqual(p.parsed, want) {
 			t.Errorf("%s: parsed slice\n got %+v\nwant %+v", svc.Name, p.parsed, want)
 		}
-		if p.Namespace != orig.Namespace || p.Name != orig.Name || p.ResourceVersion != "42" {
-			t.Errorf("%s: metadata %s/%s@%s, want %s/%s@42", svc.Name, p.Namespace, p.Name, p.ResourceVersion, orig.Namespace, orig.Name)
-		}
-		if len(p.Labels)+len(p.Annotations)+len(p.ManagedFields) > 0 {
-			t.Errorf("%s: the stored metadata keeps labels, annotations or managed fields", svc.Name)
-		}
+		checkCacheMeta(t, p, &orig.ObjectMeta)
 		again, _ := st(p)
 		if c := p.DeepCopyObject().(*parsedSlice); again != p || c.parsed != p.parsed {
 			t.Errorf("%s: storing again or deep-copying made another parsed form", svc.Name)
+		}
+	}
+}
+
+// TestStorePacksTheService: the Service informer keeps a Service as its metadata and the
+// slimmed object packed, which decodes to exactly the slimmed object; storing it again, or a
+// cache's deep copy, shares the packing; lookups and tombstones see the decoded Service.
+func TestStorePacksTheService(t *testing.T) {
+	for _, svc := range heavyServices() {
+		orig := svc.DeepCopy()
+		orig.ResourceVersion = "42"
+		want, _ := newSlimmer().transform(orig.DeepCopy())
+		st := newSlimmer().store
+		got, err := st(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := got.(*packedService)
+		if !ok {
+			t.Fatalf("%s: store gave %T, want *packedService", svc.Name, got)
+		}
+		if dec := p.packed.Service(); !reflect.DeepEqual(dec, want) {
+			t.Errorf("%s: packed Service decodes to\n got %+v\nwant %+v", svc.Name, dec, want)
+		}
+		checkCacheMeta(t, p, &orig.ObjectMeta)
+		again, _ := st(p)
+		if c := p.DeepCopyObject().(*packedService); again != p || c.packed != p.packed {
+			t.Errorf("%s: storing again or deep-copying made another packing", svc.Name)
+		}
+		for _, obj := range []any{p, cache.DeletedFinalStateUnknown{Key: "k", Obj: p}} {
+			if s := serviceOf(obj); !reflect.DeepEqual(s, want) {
+				t.Errorf("%s: serviceOf(%T) = %+v, want the slimmed Service", svc.Name, obj, s)
+			}
+		}
+	}
+}
+
+// checkCacheMeta: what an informer reads of a cached object through meta.Accessor (its key,
+// resource version, generation, UID, deletion timestamp) is the API object's.
+func checkCacheMeta(t *testing.T, obj runtime.Object, want *metav1.ObjectMeta) {
+	t.Helper()
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		t.Fatalf("meta.Accessor(%T): %v", obj, err)
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err != nil || key != want.Namespace+"/"+want.Name {
+		t.Errorf("%T: cache key %q (%v), want %s/%s", obj, key, err, want.Namespace, want.Name)
+	}
+	if m.GetResourceVersion() != want.ResourceVersion || m.GetUID() != want.UID || m.GetGeneration() != want.Generation ||
+		m.GetDeletionTimestamp() != want.DeletionTimestamp {
+		t.Errorf("%T: metadata rv %s uid %s generation %d deletion %v, want %s %s %d %v", obj, m.GetResourceVersion(), m.GetUID(),
+			m.GetGeneration(), m.GetDeletionTimestamp(), want.ResourceVersion, want.UID, want.Generation, want.DeletionTimestamp)
+	}
+}
+
+// TestCachedObjectSize: what the Service and EndpointSlice caches keep per object besides the
+// packing or the parsed slice stays within the 96-byte size class (an embedded ObjectMeta and
+// TypeMeta took 264 bytes: 5 MB at 10k Services and their slices).
+func TestCachedObjectSize(t *testing.T) {
+	for name, size := range map[string]uintptr{"packedService": unsafe.Sizeof(packedService{}), "parsedSlice": unsafe.Sizeof(parsedSlice{})} {
+		if size > 96 {
+			t.Errorf("%s takes %d bytes, want at most 96", name, size)
 		}
 	}
 }

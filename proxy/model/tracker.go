@@ -71,7 +71,8 @@ type Tracker struct {
 }
 
 type trackedService struct {
-	obj      *corev1.Service // nil once deleted
+	obj      *corev1.Service // nil once deleted, or when the Service is held packed
+	packed   *PackedService  // the Service as its source keeps it packed (UpsertPackedService)
 	base     *Service        // FromService result; nil when ignored
 	claims   []claim
 	created  time.Time
@@ -155,7 +156,7 @@ func (t *Tracker) upsertService(svc *corev1.Service, invalid *Rejection) {
 			return nil
 		}
 		t.counts.countService(key, true)
-		ts.obj, ts.invalid = svc, invalid
+		ts.obj, ts.packed, ts.invalid = svc, nil, invalid
 		return t.recompute([]ServiceKey{key})
 	})
 }
@@ -164,11 +165,11 @@ func (t *Tracker) upsertService(svc *corev1.Service, invalid *Rejection) {
 func (t *Tracker) DeleteService(key ServiceKey) {
 	t.update(func() []rejectionEvent {
 		ts := t.services[key]
-		t.counts.countService(key, ts != nil && ts.obj != nil)
-		if ts == nil || ts.obj == nil {
+		t.counts.countService(key, ts != nil && ts.held())
+		if ts == nil || !ts.held() {
 			return nil
 		}
-		ts.obj, ts.invalid = nil, nil
+		ts.obj, ts.packed, ts.invalid = nil, nil, nil
 		return t.recompute([]ServiceKey{key})
 	})
 }
@@ -367,18 +368,19 @@ func (t *Tracker) recompute(keys []ServiceKey) []rejectionEvent {
 // reconvert runs FromService for one tracked Service and logs new warnings.
 func (t *Tracker) reconvert(key ServiceKey, ts *trackedService) {
 	ts.base, ts.claims, ts.created = nil, nil, time.Time{}
-	if ts.obj == nil || !HandlesService(ts.obj.Labels, t.cfg.ProxyName) {
+	svc := ts.service()
+	if svc == nil || !HandlesService(svc.Labels, t.cfg.ProxyName) {
 		ts.warnings = nil
 		t.indexAddrs(key, ts, nil)
 		return
 	}
 	if ts.invalid != nil {
-		ts.base, ts.created, ts.warnings = &Service{Key: key, Rejected: ts.invalid}, ts.obj.CreationTimestamp.Time, nil
+		ts.base, ts.created, ts.warnings = &Service{Key: key, Rejected: ts.invalid}, svc.CreationTimestamp.Time, nil
 		t.indexAddrs(key, ts, nil)
 		return
 	}
-	conv := fromService(ts.obj, t.slices[key])
-	ts.created = ts.obj.CreationTimestamp.Time
+	conv := fromService(svc, t.slices[key])
+	ts.created = svc.CreationTimestamp.Time
 	t.indexAddrs(key, ts, addressesOf(conv.Service))
 	ts.base = guardService(conv.Service, t.nodeAddrs, &t.cfg.Guard)
 	ts.claims = claimsOf(ts.base, t.nodeAddrs)
@@ -433,7 +435,7 @@ func (t *Tracker) publish(finals map[ServiceKey]*Service) []rejectionEvent {
 			}
 			ts.final, ts.refused = final, nil
 		}
-		if ts.obj == nil && ts.final == nil {
+		if !ts.held() && ts.final == nil {
 			delete(t.services, k)
 		}
 	}

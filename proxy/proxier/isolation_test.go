@@ -91,7 +91,10 @@ func (r *refusal) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, er
 	if _, ok := r.Interface.(*nft.Fake); ok {
 		return r.Interface.Apply(ctx, tx)
 	}
-	out := &nft.Transaction{Table: tx.Table, Ops: append([]nft.Op(nil), tx.Ops...)}
+	out := &nft.Transaction{Table: tx.Table}
+	for _, op := range tx.All() { // one Op per operation, so the indexes stay those of tx
+		out.Ops = append(out.Ops, op)
+	}
 	for i, op := range out.Ops {
 		if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbAdd && r.refused(e) {
 			bad, v := *e, *e.Verdict

@@ -29,7 +29,7 @@ type batchRefuser struct {
 
 func (k batchRefuser) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
 	var first *nft.OpError
-	for i, op := range tx.Ops {
+	for i, op := range tx.All() {
 		e, ok := elementOf(op.Object)
 		if !ok || op.Verb != nft.VerbAdd || !k.refuse[e.Key[0].Addr] {
 			continue

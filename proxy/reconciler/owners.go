@@ -90,7 +90,7 @@ func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err erro
 	}
 	ops := make([]nft.Op, len(refused))
 	for i, e := range refused {
-		ops[i] = tx.Ops[e.Index]
+		ops[i] = tx.Op(e.Index)
 	}
 	owners, owned := r.ownersOf(ops)
 	re.Owner, re.Owned = owners[0], owned[0]

@@ -276,7 +276,7 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 	}
 	n := 0
 	for _, p := range plans {
-		n += p.size()
+		n += p.ops()
 	}
 	tx.Grow(n)
 	for _, p := range plans {

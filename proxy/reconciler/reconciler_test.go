@@ -409,7 +409,10 @@ type refusing struct {
 }
 
 func (k *refusing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
-	out := &nft.Transaction{Table: tx.Table, Ops: append([]nft.Op(nil), tx.Ops...)}
+	out := &nft.Transaction{Table: tx.Table}
+	for _, op := range tx.All() { // one Op per operation, so the indexes stay those of tx
+		out.Ops = append(out.Ops, op)
+	}
 	for i, op := range out.Ops {
 		if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbAdd && e.Verdict != nil && k.chains[e.Verdict.Chain] {
 			bad, v := *e, *e.Verdict

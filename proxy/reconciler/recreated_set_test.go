@@ -44,7 +44,7 @@ func TestRecreatedSetElementsKnownToNextPartialSync(t *testing.T) {
 			t.Fatal("set recreation commit was full, want partial")
 		}
 		recreated := false
-		for _, op := range r.last.Ops {
+		for _, op := range r.last.All() {
 			if s, ok := op.Object.(*nft.Set); ok && s.Name == "m" && op.Verb == nft.VerbDelete {
 				recreated = true
 			}
@@ -57,7 +57,7 @@ func TestRecreatedSetElementsKnownToNextPartialSync(t *testing.T) {
 		rec.Set(sharedTable, ownerA, reconciler.Fragment{Chains: []reconciler.ChainDef{pickChain()}})
 		commit(false)
 		var dels []string
-		for _, op := range r.last.Ops {
+		for _, op := range r.last.All() {
 			if e, ok := elementOf(op.Object); ok && op.Verb == nft.VerbDelete {
 				dels = append(dels, e.Key[0].Addr.String())
 			}

@@ -111,7 +111,7 @@ func TestNewChainRulesBeforeElements(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstElem, lastRule := -1, -1
-	for i, op := range r.last.Ops {
+	for i, op := range r.last.All() {
 		switch op.Object.(type) {
 		case *nft.Element, *nft.Packed:
 			if firstElem < 0 {
@@ -135,7 +135,7 @@ func TestNewSetElementsAddedOnce(t *testing.T) {
 	h.put(svc(1, 3), svc(2, 2))
 	h.commit(false)
 	seen := map[string]bool{}
-	for _, op := range r.last.Ops {
+	for _, op := range r.last.All() {
 		if e, ok := elementOf(op.Object); ok {
 			id := op.Table.String() + " " + reconciler.ElementID(e)
 			if seen[id] {

@@ -9,8 +9,8 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 )
 
-// TestPlanSize: the room Commit makes in the transaction (plan.size) is exactly what emit
-// appends, for a plan with every kind of operation.
+// TestPlanSize: the operations a plan counts (plan.size) and the room Commit makes for its Ops
+// (plan.ops) are exactly what emit appends, for a plan with every kind of operation.
 func TestPlanSize(t *testing.T) {
 	el := nft.Pack(&nft.Element{Set: "s", Key: []nft.Value{nft.Int(1)}})
 	for name, p := range map[string]*plan{
@@ -20,12 +20,16 @@ func TestPlanSize(t *testing.T) {
 			addSets: []nft.Set{{Name: "s"}}, addElems: []*nft.Packed{&el, &el}, addRules: []nft.Rule{{Chain: "a"}},
 			delChains: []string{"e"}},
 		"elements only": {addElems: []*nft.Packed{&el}},
+		"deletes only":  {delElems: []*nft.Packed{&el, &el}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tx := nft.NewTransaction(nft.Table{Family: nft.IPv4, Name: "t"})
 			p.emit(tx)
 			if got, want := p.size(), tx.Len(); got != want {
 				t.Errorf("size() = %d, emit appended %d ops", got, want)
+			}
+			if got, want := p.ops(), len(tx.Ops); got != want {
+				t.Errorf("ops() = %d, emit appended %d Ops", got, want)
 			}
 		})
 	}
