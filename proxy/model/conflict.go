@@ -26,7 +26,7 @@ func (k claimKey) String() string {
 // claim is an interval of ports a Service uses at one claimKey.
 type claim struct {
 	key    claimKey
-	lo, hi uint16
+	lo, hi uint16 // lo <= hi, as the spec and the range annotations' parser ensure
 	port   string // ServicePort name, for messages
 	// via says how a node-port claim arises when it is not a node port itself: a LoadBalancer
 	// or external IP that is a node address, or the health-check node port.
@@ -163,20 +163,35 @@ func (cl *claimants) remove(svc ServiceKey) bool {
 	return len(cl.few) == 0
 }
 
-// each calls fn for every Service and its claims at the key.
-func (cl *claimants) each(fn func(ServiceKey, []claim)) {
+// overlapping calls fn once for every Service with a claim overlapping c, with the first such
+// claim in its list.
+func (cl *claimants) overlapping(c claim, fn func(ServiceKey, claim)) {
 	if cl == nil {
 		return
 	}
 	if cl.many != nil {
 		for svc, claims := range cl.many {
-			fn(svc, claims)
+			if t, ok := c.firstOverlap(claims); ok {
+				fn(svc, t)
+			}
 		}
 		return
 	}
 	for _, sc := range cl.few {
-		fn(sc.svc, sc.claims)
+		if t, ok := c.firstOverlap(sc.claims); ok {
+			fn(sc.svc, t)
+		}
 	}
+}
+
+// firstOverlap returns the first of claims that overlaps c.
+func (c claim) firstOverlap(claims []claim) (claim, bool) {
+	for _, t := range claims {
+		if c.overlaps(t) {
+			return t, true
+		}
+	}
+	return claim{}, false
 }
 
 // add indexes claims, svc's claims, which must not be modified afterwards: where the claims at
@@ -218,18 +233,13 @@ func (ix claimIndex) remove(svc ServiceKey, claims []claim) {
 	}
 }
 
-// overlapping calls visit for every other Service with a claim overlapping one of claims.
+// overlapping calls visit for every other Service with a claim overlapping one of claims (once
+// per claim it overlaps).
 func (ix claimIndex) overlapping(self ServiceKey, claims []claim, visit func(ServiceKey)) {
 	for _, c := range claims {
-		ix[c.key].each(func(other ServiceKey, theirs []claim) {
-			if other == self {
-				return
-			}
-			for _, t := range theirs {
-				if c.overlaps(t) {
-					visit(other)
-					break
-				}
+		ix[c.key].overlapping(c, func(other ServiceKey, _ claim) {
+			if other != self {
+				visit(other)
 			}
 		})
 	}
@@ -299,12 +309,10 @@ func conflicts(r ranked, accepted claimIndex) []lost {
 	for _, c := range r.claims {
 		var winner *ServiceKey
 		var theirs claim
-		accepted[c.key].each(func(other ServiceKey, claims []claim) {
-			for _, t := range claims {
-				if c.overlaps(t) && (winner == nil || other.String() < winner.String()) {
-					o := other
-					winner, theirs = &o, t
-				}
+		accepted[c.key].overlapping(c, func(other ServiceKey, t claim) {
+			if winner == nil || other.String() < winner.String() {
+				o := other
+				winner, theirs = &o, t
 			}
 		})
 		if winner == nil {
