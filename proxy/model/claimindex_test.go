@@ -140,7 +140,7 @@ func TestKeySet(t *testing.T) {
 // every lookup finds what a scan of all claims finds: each overlapping Service once per claim
 // (overlapping), and the same winner and winning claim (conflicts). Claims are single ports,
 // ranges narrow and wide, all ports, and the same claim twice, at a key with few Services and
-// at keys with many.
+// at keys with many (indexed by port).
 func TestClaimIndexAgainstScan(t *testing.T) {
 	keys := []claimKey{{netip.Addr{}, TCP}, {netip.MustParseAddr("198.19.0.1"), TCP}}
 	for _, tc := range []struct {
@@ -152,8 +152,8 @@ func TestClaimIndexAgainstScan(t *testing.T) {
 	}{
 		{name: "few Services", services: fewClaimants - 1, span: 8, maxWidth: 4, ops: 200},
 		{name: "many Services, single ports", services: 60, span: 80, maxWidth: 1, ops: 600},
-		{name: "many Services, ranges", services: 60, span: 64, maxWidth: 48, ops: 600},
-		{name: "many Services, crowded", services: 40, span: 6, maxWidth: 17, ops: 600},
+		{name: "many Services, ranges", services: 60, span: 64, maxWidth: 3 * narrowPorts, ops: 600},
+		{name: "many Services, crowded", services: 40, span: 6, maxWidth: narrowPorts + 1, ops: 600},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(len(tc.name))))
@@ -213,6 +213,7 @@ func TestClaimIndexAgainstScan(t *testing.T) {
 						t.Fatalf("op %d: conflicts of %s: %s, want %s", op, claimsText(r.claims), lostText(got), lostText(want))
 					}
 				}
+				checkPortIndex(t, ix)
 			}
 			for k, have := range model {
 				ix.remove(k, have)
@@ -257,6 +258,57 @@ func conflictsByScan(model map[ServiceKey][]claim, r ranked) []lost {
 		}
 	}
 	return out
+}
+
+// checkPortIndex: at every key indexed by port, each port lists exactly the Services with a
+// narrow claim covering it, and the wide Services are exactly those with a wider claim; nothing
+// stays behind for a Service that left.
+func checkPortIndex(t *testing.T, ix claimIndex) {
+	for key, cl := range ix {
+		if cl.many == nil {
+			continue
+		}
+		wantPorts, wantWide := map[uint16][]string{}, []string(nil)
+		for k, claims := range cl.many.claims {
+			for _, c := range claims {
+				if !c.narrow() {
+					if !slices.Contains(wantWide, k.Name) {
+						wantWide = append(wantWide, k.Name)
+					}
+					continue
+				}
+				for p := int(c.lo); p <= int(c.hi); p++ {
+					if !slices.Contains(wantPorts[uint16(p)], k.Name) {
+						wantPorts[uint16(p)] = append(wantPorts[uint16(p)], k.Name)
+					}
+				}
+			}
+		}
+		gotPorts := map[uint16][]string{}
+		for p, k := range cl.many.byPort {
+			gotPorts[p] = append(gotPorts[p], k.Name)
+		}
+		for p, ks := range cl.many.shared {
+			if _, ok := cl.many.byPort[p]; !ok || len(ks) == 0 {
+				t.Fatalf("%s: port %d lists other Services %v, but no first one (%v) or none", key, p, ks, ok)
+			}
+			for _, k := range ks {
+				gotPorts[p] = append(gotPorts[p], k.Name)
+			}
+		}
+		var gotWide []string
+		cl.many.wide.each(func(k ServiceKey) { gotWide = append(gotWide, k.Name) })
+		for _, m := range []map[uint16][]string{wantPorts, gotPorts} {
+			for _, names := range m {
+				sort.Strings(names)
+			}
+		}
+		sort.Strings(wantWide)
+		sort.Strings(gotWide)
+		if !reflect.DeepEqual(gotPorts, wantPorts) || !slices.Equal(gotWide, wantWide) {
+			t.Fatalf("%s: ports %v, wide %v; want ports %v, wide %v", key, gotPorts, gotWide, wantPorts, wantWide)
+		}
+	}
 }
 
 func claimsText(claims []claim) string {
