@@ -26,7 +26,7 @@ func (k claimKey) String() string {
 // claim is an interval of ports a Service uses at one claimKey.
 type claim struct {
 	key    claimKey
-	lo, hi uint16
+	lo, hi uint16 // lo <= hi, as the spec and the range annotations' parser ensure
 	port   string // ServicePort name, for messages
 	// via says how a node-port claim arises when it is not a node port itself: a LoadBalancer
 	// or external IP that is a node address, or the health-check node port.
@@ -107,11 +107,12 @@ func claimsOf(s *Service, node NodeAddresses) []claim {
 type claimIndex map[claimKey]*claimants
 
 // claimants are the Services claiming ports at one key. Most keys (a Service's own cluster IP)
-// have one; the node ports of a protocol have thousands. The first few are kept in a slice: a
-// map per key cost ~500 bytes, ~9 MB of a 10k-Service model.
+// have one; the node ports of a protocol have thousands. The first few are kept in a slice and
+// scanned: a map per key cost ~500 bytes, ~9 MB of a 10k-Service model. Once more claim the
+// key, their claims are indexed by port (manyClaimants).
 type claimants struct {
-	few  []serviceClaims        // while at most fewClaimants Services claim the key
-	many map[ServiceKey][]claim // once more do
+	few  []serviceClaims // while at most fewClaimants Services claim the key
+	many *manyClaimants  // once more do
 }
 
 type serviceClaims struct {
@@ -121,13 +122,30 @@ type serviceClaims struct {
 
 const fewClaimants = 4
 
+// manyClaimants are the claims at a key with more than fewClaimants Services, indexed by port so
+// that a lookup costs what it finds: scanning them all made every node-port Service's upsert
+// cost the number of node-port Services, and loading a cluster cost their square.
+type manyClaimants struct {
+	claims map[ServiceKey][]claim
+	// byPort holds, at each port, a Service with a narrow claim covering it, and shared the
+	// others at a port more Services claim (a conflict, rare): each Service once per port.
+	// Apart, they take 40 bytes a port rather than 64.
+	byPort map[uint16]ServiceKey
+	shared map[uint16][]ServiceKey
+	// wide holds the Services with a claim of more than narrowPorts ports (a node-port block):
+	// rare, so every lookup scans them rather than each such claim taking an entry per port.
+	wide keySet
+}
+
+// narrowPorts is the most ports a claim indexed port by port covers.
+const narrowPorts = 16
+
+func (c claim) narrow() bool { return int(c.hi)-int(c.lo) < narrowPorts }
+
 // add lists claims, svc's claims at the key, after those listed already.
 func (cl *claimants) add(svc ServiceKey, claims []claim) {
 	if cl.many != nil {
-		if have, ok := cl.many[svc]; ok {
-			claims = append(slices.Clip(have), claims...) // never into the Service's own list
-		}
-		cl.many[svc] = claims
+		cl.many.add(svc, claims)
 		return
 	}
 	for i := range cl.few {
@@ -140,19 +158,22 @@ func (cl *claimants) add(svc ServiceKey, claims []claim) {
 		cl.few = append(cl.few, serviceClaims{svc, claims})
 		return
 	}
-	cl.many = make(map[ServiceKey][]claim, len(cl.few)+1)
+	cl.many = &manyClaimants{
+		claims: make(map[ServiceKey][]claim, len(cl.few)+1),
+		byPort: map[uint16]ServiceKey{},
+	}
 	for _, sc := range cl.few {
-		cl.many[sc.svc] = sc.claims
+		cl.many.add(sc.svc, sc.claims)
 	}
 	cl.few = nil
-	cl.many[svc] = claims
+	cl.many.add(svc, claims)
 }
 
 // remove drops every claim of svc and reports whether no Service is left.
 func (cl *claimants) remove(svc ServiceKey) bool {
 	if cl.many != nil {
-		delete(cl.many, svc)
-		return len(cl.many) == 0
+		cl.many.remove(svc)
+		return len(cl.many.claims) == 0
 	}
 	for i := range cl.few {
 		if cl.few[i].svc == svc {
@@ -163,20 +184,144 @@ func (cl *claimants) remove(svc ServiceKey) bool {
 	return len(cl.few) == 0
 }
 
-// each calls fn for every Service and its claims at the key.
-func (cl *claimants) each(fn func(ServiceKey, []claim)) {
+// overlapping calls fn once for every Service with a claim overlapping c, with the first such
+// claim in its list.
+func (cl *claimants) overlapping(c claim, fn func(ServiceKey, claim)) {
 	if cl == nil {
 		return
 	}
 	if cl.many != nil {
-		for svc, claims := range cl.many {
-			fn(svc, claims)
-		}
+		cl.many.overlapping(c, fn)
 		return
 	}
 	for _, sc := range cl.few {
-		fn(sc.svc, sc.claims)
+		if t, ok := c.firstOverlap(sc.claims); ok {
+			fn(sc.svc, t)
+		}
 	}
+}
+
+// firstOverlap returns the first of claims that overlaps c.
+func (c claim) firstOverlap(claims []claim) (claim, bool) {
+	for _, t := range claims {
+		if c.overlaps(t) {
+			return t, true
+		}
+	}
+	return claim{}, false
+}
+
+// add lists claims after svc's and indexes each at its ports, or among the wide ones.
+func (m *manyClaimants) add(svc ServiceKey, claims []claim) {
+	if have, ok := m.claims[svc]; ok {
+		m.claims[svc] = append(slices.Clip(have), claims...) // never into the Service's own list
+	} else {
+		m.claims[svc] = claims
+	}
+	for _, c := range claims {
+		if !c.narrow() {
+			m.wide.add(svc)
+			continue
+		}
+		for p := c.lo; ; p++ {
+			switch first, ok := m.byPort[p]; {
+			case !ok:
+				m.byPort[p] = svc
+			case first != svc && !slices.Contains(m.shared[p], svc):
+				if m.shared == nil {
+					m.shared = map[uint16][]ServiceKey{}
+				}
+				m.shared[p] = append(m.shared[p], svc)
+			}
+			if p == c.hi {
+				break
+			}
+		}
+	}
+}
+
+// remove drops svc's claims and their ports: it costs the ports svc claims at the key.
+func (m *manyClaimants) remove(svc ServiceKey) {
+	claims, ok := m.claims[svc]
+	if !ok {
+		return
+	}
+	delete(m.claims, svc)
+	for _, c := range claims {
+		if !c.narrow() {
+			m.wide.remove(svc)
+			continue
+		}
+		for p := c.lo; ; p++ {
+			m.removeAt(p, svc)
+			if p == c.hi {
+				break
+			}
+		}
+	}
+}
+
+// removeAt drops svc from the Services at port p, if it is there.
+func (m *manyClaimants) removeAt(p uint16, svc ServiceKey) {
+	first, ok := m.byPort[p]
+	if !ok {
+		return
+	}
+	more := m.shared[p]
+	if i := slices.Index(more, svc); i >= 0 {
+		more = slices.Delete(more, i, i+1)
+	} else if first != svc {
+		return
+	} else if n := len(more); n > 0 {
+		m.byPort[p], more = more[n-1], more[:n-1]
+	} else {
+		delete(m.byPort, p)
+		return
+	}
+	if len(more) == 0 {
+		delete(m.shared, p)
+	} else {
+		m.shared[p] = more
+	}
+}
+
+// overlapping finds a Service through its first claim overlapping c: a narrow one at the first
+// port it shares with c, a wide one among the wide Services. The ports of c are looked up one by
+// one, or, when c covers more ports than are claimed, the claimed ports are scanned.
+func (m *manyClaimants) overlapping(c claim, fn func(ServiceKey, claim)) {
+	found := func(svc ServiceKey, p uint16) {
+		t, ok := c.firstOverlap(m.claims[svc])
+		if ok && t.narrow() && p == max(c.lo, t.lo) {
+			fn(svc, t)
+		}
+	}
+	at := func(p uint16, first ServiceKey) {
+		found(first, p)
+		for _, svc := range m.shared[p] {
+			found(svc, p)
+		}
+	}
+	if int(c.hi)-int(c.lo) < len(m.byPort) {
+		for p := c.lo; ; p++ {
+			if first, ok := m.byPort[p]; ok {
+				at(p, first)
+			}
+			if p == c.hi {
+				break
+			}
+		}
+	} else {
+		for p, first := range m.byPort {
+			if c.lo <= p && p <= c.hi {
+				at(p, first)
+			}
+		}
+	}
+	m.wide.each(func(svc ServiceKey) {
+		if t, ok := c.firstOverlap(m.claims[svc]); ok && !t.narrow() {
+			fn(svc, t)
+		}
+	})
 }
 
 // add indexes claims, svc's claims, which must not be modified afterwards: where the claims at
@@ -218,18 +363,13 @@ func (ix claimIndex) remove(svc ServiceKey, claims []claim) {
 	}
 }
 
-// overlapping calls visit for every other Service with a claim overlapping one of claims.
+// overlapping calls visit for every other Service with a claim overlapping one of claims (once
+// per claim it overlaps).
 func (ix claimIndex) overlapping(self ServiceKey, claims []claim, visit func(ServiceKey)) {
 	for _, c := range claims {
-		ix[c.key].each(func(other ServiceKey, theirs []claim) {
-			if other == self {
-				return
-			}
-			for _, t := range theirs {
-				if c.overlaps(t) {
-					visit(other)
-					break
-				}
+		ix[c.key].overlapping(c, func(other ServiceKey, _ claim) {
+			if other != self {
+				visit(other)
 			}
 		})
 	}
@@ -299,12 +439,10 @@ func conflicts(r ranked, accepted claimIndex) []lost {
 	for _, c := range r.claims {
 		var winner *ServiceKey
 		var theirs claim
-		accepted[c.key].each(func(other ServiceKey, claims []claim) {
-			for _, t := range claims {
-				if c.overlaps(t) && (winner == nil || other.String() < winner.String()) {
-					o := other
-					winner, theirs = &o, t
-				}
+		accepted[c.key].overlapping(c, func(other ServiceKey, t claim) {
+			if winner == nil || other.String() < winner.String() {
+				o := other
+				winner, theirs = &o, t
 			}
 		})
 		if winner == nil {
