@@ -257,3 +257,41 @@ func TestKernelDumpCancel(t *testing.T) {
 		kernelCheckPackedDump(t, k, want)
 	}
 }
+
+// TestKernelStaleDeadlines: a deadline in the past left on a socket (what a cancellation that
+// comes just as a read or write returns leaves behind, see nlConn.send) does not fail the next
+// request, read-back or Apply on that socket or on the read-back's second one.
+func TestKernelStaleDeadlines(t *testing.T) {
+	k, _ := kernelTestNS(t, "nftdump-deadline")
+	tb := Table{Family: IPv4, Name: "deadline"}
+	if _, err := k.Apply(context.Background(), dumpSocketsTx(tb, 4, 100)); err != nil {
+		t.Fatal(err)
+	}
+	want := dumpStable(t, k, tb)
+	past := time.Unix(0, 1)
+	for name, set := range map[string]func(*nlConn) error{
+		"read":  func(c *nlConn) error { return c.s.SetReadDeadline(past) },
+		"write": func(c *nlConn) error { return c.s.SetWriteDeadline(past) },
+	} {
+		for _, c := range k.dumpConns() {
+			if err := set(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := k.Dump(context.Background(), tb)
+		if err != nil {
+			t.Fatalf("Dump with a stale %s deadline: %v", name, err)
+		}
+		if Render(got) != Render(want) {
+			t.Errorf("Dump with a stale %s deadline differs from the table", name)
+		}
+		if err := set(k.conn); err != nil {
+			t.Fatal(err)
+		}
+		other := NewTransaction(Table{Family: IPv4, Name: "deadline-" + name})
+		other.Add(&TableObj{})
+		if _, err := k.Apply(context.Background(), other); err != nil {
+			t.Fatalf("Apply with a stale %s deadline: %v", name, err)
+		}
+	}
+}

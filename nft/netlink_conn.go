@@ -128,7 +128,16 @@ func (c *nlConn) nextSeq(n int) uint32 {
 	return first
 }
 
+// send writes one datagram. A read or write cancelled by its context is stopped with a deadline in the past, which the
+// socket package clears after the call, but not when the cancellation comes just as the call
+// returns: the deadline then stays, and every later call on the socket fails with "i/o
+// timeout" (a read-back cancelled once then failed every request, and would fail every Apply).
+// So send and recv clear their deadline first. (No syscall: the deadline is the
+// Go runtime's.)
 func (c *nlConn) send(ctx context.Context, b []byte) error {
+	if err := c.s.SetWriteDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("clear netlink write deadline: %w", err)
+	}
 	n, err := c.s.Sendmsg(ctx, b, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
 	if err != nil {
 		return err
@@ -179,6 +188,9 @@ func (c *nlConn) recv(ctx context.Context, block bool) ([]nlMsg, error) {
 	var n int
 	var err error
 	trunc := false
+	if err := c.s.SetReadDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("clear netlink read deadline: %w", err)
+	}
 	if block {
 		var rflags int
 		n, _, rflags, _, err = c.s.Recvmsg(ctx, c.recvBuf, nil, 0)
@@ -277,13 +289,6 @@ func (c *nlConn) get(ctx context.Context, typ uint16, fam Family, attrs func(w *
 }
 
 func (c *nlConn) request(ctx context.Context, req []byte, seq uint32, fn func(m nlMsg) error) error {
-	// A read cancelled by its context is stopped with a read deadline in the past, which the
-	// socket package clears after the read, but not when the cancellation comes just as the
-	// read returns: the deadline then stays, and every later read fails with "i/o timeout".
-	// (No syscall: the deadline is the Go runtime's.)
-	if err := c.s.SetReadDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("clear netlink read deadline: %w", err)
-	}
 	if err := c.finish(ctx); err != nil {
 		return err
 	}
