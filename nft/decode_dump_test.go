@@ -53,6 +53,7 @@ func dumpStable(t *testing.T, k *Kernel, tb Table) *Ruleset {
 		if Render(a) == Render(b) {
 			return b
 		}
+		t.Logf("two dumps in a row disagreed; trying again")
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("20 pairs of dumps in a row disagreed")

@@ -226,26 +226,7 @@ func TestKernelDumpPackedLarge(t *testing.T) {
 	// Right after 20,000 inserts the kernel may still be growing the set's hash table (in a
 	// deferred worker), and a dump taken meanwhile, which resumes its walk for every reply, can
 	// list an element twice and miss another (seen under -race, where everything is slower).
-	// Compare once two dumps in a row agree.
-	var rs *Ruleset
-	for i := 0; rs == nil; i++ {
-		a, err := k.Dump(context.Background(), tb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := k.Dump(context.Background(), tb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if Render(a) == Render(b) {
-			rs = b
-		} else if i == 20 {
-			t.Fatal("20 pairs of dumps in a row disagreed")
-		} else {
-			t.Logf("two dumps in a row disagreed; trying again")
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	rs := dumpStable(t, k, tb)
 	if n := len(rs.Elements["endpoints"]); n != 20000 {
 		t.Fatalf("Dump read %d endpoint elements, want 20000", n)
 	}
