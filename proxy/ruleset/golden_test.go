@@ -73,7 +73,23 @@ func goldenServices() []*model.Service {
 			sp.ExternalTrafficLocal, sp.AffinityTimeout = true, 3*time.Second
 			sp.Endpoints = goldenEndpoints(8080, 1, 2, 3)
 		})),
-		// internalTrafficPolicy Local without a local endpoint.
+		// externalTrafficPolicy Local in shared mode (no affinity): one local endpoint of
+		// two; and with no endpoint on this node.
+		svc("local-shared", port("local-shared", "http", model.TCP, 80, func(sp *model.ServicePort) {
+			sp.NodePort, sp.HealthCheckNodePort = 30082, 30182
+			sp.ClusterIPs, sp.LoadBalancerIPs = addrs("198.19.0.17", "fd00:19::17"), addrs("198.19.100.5", "fd00:100::5")
+			sp.ExternalTrafficLocal, sp.Endpoints = true, goldenEndpoints(8080, 1, 2)
+		})),
+		svc("remote", port("remote", "http", model.TCP, 80, func(sp *model.ServicePort) {
+			sp.NodePort, sp.HealthCheckNodePort = 30083, 30183
+			sp.ClusterIPs, sp.ExternalTrafficLocal = addrs("198.19.0.18", "fd00:19::18"), true
+			sp.Endpoints = goldenEndpoints(8080, 2, 3)
+		})),
+		// internalTrafficPolicy Local with a local endpoint, and without one.
+		svc("itp-here", port("itp-here", "http", model.TCP, 80, func(sp *model.ServicePort) {
+			sp.ClusterIPs, sp.InternalTrafficLocal = addrs("198.19.0.19", "fd00:19::19"), true
+			sp.Endpoints = goldenEndpoints(8080, 1, 2)
+		})),
 		svc("itp", port("itp", "http", model.TCP, 80, func(sp *model.ServicePort) {
 			sp.ClusterIPs, sp.InternalTrafficLocal = addrs("198.19.0.20", "fd00:19::20"), true
 			sp.Endpoints = goldenEndpoints(8080, 2)
