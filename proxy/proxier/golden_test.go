@@ -2,9 +2,7 @@ package proxier
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,9 +14,8 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden scripts in testdata/sync from what the proxier sends")
 
 // txLog keeps every transaction the kernel took.
 type txLog struct {
@@ -104,23 +101,7 @@ func TestSyncGolden(t *testing.T) {
 			for i, tx := range kernel.txs[first:] {
 				fmt.Fprintf(&got, "# transaction %d\n%s", i+1, nft.RenderTransaction(nft.SortElementRuns(tx)))
 			}
-			path := filepath.Join("testdata", "sync", st.name+".nft")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to write it)", err)
-			}
-			if got.String() != string(want) {
-				t.Errorf("ops sent differ from %s (rewrite with -update if intended)\n--- want\n%s--- got\n%s", path, want, got.String())
-			}
+			golden.Check(t, filepath.Join("testdata", "sync", st.name+".nft"), got.String())
 		})
 	}
 }

@@ -1,10 +1,8 @@
 package reconciler_test
 
 import (
-	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,9 +10,8 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
+	"github.com/nftproxy/nftproxy/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden scripts in testdata/partial from what the reconciler sends")
 
 // A partial sync is a list of steps after the same starting state; each step changes the model
 // (or only lets time pass) and commits. Its golden text is the script of every transaction sent.
@@ -108,50 +105,7 @@ func TestPartialSyncGolden(t *testing.T) {
 	for _, ps := range partialSyncs() {
 		t.Run(ps.name, func(t *testing.T) {
 			got := runPartialSync(t, &recorder{Interface: nft.NewFake()}, ps)
-			path := filepath.Join("testdata", "partial", ps.name+".nft")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to write it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("ops sent differ from %s (rewrite with -update if intended):\n%s", path, lineDiff(string(want), got))
-			}
+			golden.Check(t, filepath.Join("testdata", "partial", ps.name+".nft"), got)
 		})
 	}
-}
-
-// lineDiff marks the lines of want missing from got with "-" and the extra lines of got with
-// "+", keeping got's order, enough to read a changed golden.
-func lineDiff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	i := 0
-	for _, g := range gl {
-		j := i
-		for j < len(wl) && wl[j] != g {
-			j++
-		}
-		if j == len(wl) {
-			b.WriteString("+ " + g + "\n")
-			continue
-		}
-		for ; i < j; i++ {
-			b.WriteString("- " + wl[i] + "\n")
-		}
-		b.WriteString("  " + g + "\n")
-		i++
-	}
-	for ; i < len(wl); i++ {
-		b.WriteString("- " + wl[i] + "\n")
-	}
-	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/test/golden"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
@@ -69,8 +70,8 @@ func sameKernelState(t *testing.T, a nft.Interface, nsA, nsB *netns.NS, b nft.In
 	if err != nil {
 		t.Fatal(err)
 	}
-	if la != lb {
-		t.Fatalf("nft list ruleset differs (- Apply, + nft -f):\n%s", lineDiff(la, lb))
+	if d := golden.Diff(la, lb); d != "" {
+		t.Fatalf("nft list ruleset differs (- Apply, + nft -f):\n%s", d)
 	}
 }
 
