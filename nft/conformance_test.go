@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nftproxy/nftproxy/test/golden"
 )
 
 // The conformance cases say what the kernel does with a sequence of transactions: which succeed,
@@ -135,7 +137,7 @@ func runConformanceCases(t *testing.T, open func(t *testing.T) Interface, cases 
 					want = prev
 				}
 				if got != want {
-					t.Fatalf("step %d: state differs (- want, + got):\n%s\ngot:\n%s\nwant:\n%s", i, renderLineDiff(want, got), got, want)
+					t.Fatalf("step %d: state differs (- want, + got):\n%s\ngot:\n%s\nwant:\n%s", i, golden.Diff(want, got), got, want)
 				}
 				if st.check != nil {
 					st.check(t, k)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nftproxy/nftproxy/test/golden"
 )
 
 // fakeApply builds one transaction on table ip nftproxy and applies it.
@@ -92,7 +94,7 @@ func TestFakeCopiesInput(t *testing.T) {
 	s.Key[0] = TypeIPv6Addr
 	r.Comment = "changed"
 	if after := confState(t, f); after != before {
-		t.Errorf("state changed with the caller's objects:\n%s", renderLineDiff(before, after))
+		t.Errorf("state changed with the caller's objects:\n%s", golden.Diff(before, after))
 	}
 }
 
@@ -242,6 +244,6 @@ func TestFakeCopiesNumgenKey(t *testing.T) {
 	before := confState(t, f)
 	k[0] = FieldSaddr
 	if after := confState(t, f); after != before {
-		t.Errorf("state changed with the caller's Key:\n%s", renderLineDiff(before, after))
+		t.Errorf("state changed with the caller's Key:\n%s", golden.Diff(before, after))
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nftproxy/nftproxy/test/golden"
 )
 
 // kernelNumgenTx is the frontend-keyed layout's shared maps in table fam: the address map with
@@ -84,7 +86,7 @@ func TestKernelNumgenKeyedMaps(t *testing.T) {
 
 			// nft's own reading of the kernel state.
 			if js, ws := kernelNumgenJSON(t, kernelNftJSON(t, ns)), kernelNumgenExpectJSON(fam, want); js != ws {
-				t.Errorf("nft -j list ruleset (- want, + nft):\n%s", renderLineDiff(ws, js))
+				t.Errorf("nft -j list ruleset (- want, + nft):\n%s", golden.Diff(ws, js))
 			}
 
 			// nft -f of the rendered text: byte-identical kernel state.
@@ -95,7 +97,7 @@ func TestKernelNumgenKeyedMaps(t *testing.T) {
 			}
 			ours, theirs := kernelRawState(t, k, tx.Table), kernelRawState(t, k2, tx.Table)
 			if ours != theirs {
-				t.Errorf("kernel state differs from nft -f of the same text (- nft, + ours):\n%s", renderLineDiff(theirs, ours))
+				t.Errorf("kernel state differs from nft -f of the same text (- nft, + ours):\n%s", golden.Diff(theirs, ours))
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/netip"
 	"reflect"
 	"regexp"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/test/golden"
 	"github.com/nftproxy/nftproxy/test/netns"
 	"golang.org/x/sys/unix"
 )
@@ -199,24 +199,6 @@ var (
 	kernelExpiresRE = regexp.MustCompile(` expires [0-9hms]+`)
 )
 
-// kernelLineDiff shows the first differing line of two texts.
-func kernelLineDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := 0; i < len(g) || i < len(w); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			return fmt.Sprintf("line %d:\n got %q\nwant %q", i+1, gl, wl)
-		}
-	}
-	return ""
-}
-
 // TestKernelShapes applies every object kind and rule shape, in ip and ip6 tables, and checks:
 // nft -j sees exactly the rules sent; Dump returns what was sent; `nft list ruleset` fed to `nft -f`
 // in a second namespace lists identically and compiles to the same bytecode.
@@ -350,13 +332,13 @@ func kernelCheckRoundTrip(t *testing.T, ns *netns.NS, fam Family) {
 		t.Fatal(err)
 	}
 	text, text2 = kernelExpiresRE.ReplaceAllString(text, ""), kernelExpiresRE.ReplaceAllString(text2, "")
-	if text != text2 {
-		t.Errorf("listing changed after nft -f: %s", kernelLineDiff(text2, text))
+	if d := golden.Diff(text, text2); d != "" {
+		t.Errorf("listing changed after nft -f (- ours, + nft's):\n%s", d)
 	}
 	b1 := kernelHandleRE.ReplaceAllString(kernelNftDebugRules(t, ns, fam), "")
 	b2 := kernelHandleRE.ReplaceAllString(kernelNftDebugRules(t, ns2, fam), "")
-	if b1 != b2 {
-		t.Errorf("bytecode differs from what nft writes for the same text (got: nft's, want: ours): %s", kernelLineDiff(b2, b1))
+	if d := golden.Diff(b1, b2); d != "" {
+		t.Errorf("bytecode differs from what nft writes for the same text (- ours, + nft's):\n%s", d)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nftproxy/nftproxy/test/golden"
 )
 
 // TestRenderTransaction writes one op of every kind in nft's command syntax, in op order, each
@@ -58,7 +60,7 @@ delete chain ip6 nftproxy pick-3
 delete table ip6 nftproxy
 `
 	if got := tx.String(); got != want {
-		t.Errorf("rendered transaction (- want, + got):\n%s", renderLineDiff(want, got))
+		t.Errorf("rendered transaction (- want, + got):\n%s", golden.Diff(want, got))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/test/golden"
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
 	"github.com/nftproxy/nftproxy/test/tier"
@@ -32,12 +33,11 @@ func TestRenderMatchesDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := canonicalListing(daemon), canonicalListing(loaded); got != want {
-		t.Errorf("nft list ruleset differs (elements sorted):\n%s", lineDiff(got, want, "daemon", "nft -f render"))
-	}
-	if loaded != daemon {
+	if d := golden.Diff(canonicalListing(daemon), canonicalListing(loaded)); d != "" {
+		t.Errorf("nft list ruleset differs (elements sorted; - daemon, + nft -f render):\n%s", d)
+	} else if d := golden.Diff(daemon, loaded); d != "" {
 		// Same sets, elements listed in another order: the kernel lists interval elements in
 		// the order they were added. Logged, not failed; see canonicalListing.
-		t.Logf("listings equal once elements are sorted; as listed:\n%s", lineDiff(daemon, loaded, "daemon", "nft -f render"))
+		t.Logf("listings equal once elements are sorted; as listed (- daemon, + nft -f render):\n%s", d)
 	}
 }

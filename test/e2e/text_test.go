@@ -23,39 +23,6 @@ func containsAll(s string, subs ...string) bool {
 	return true
 }
 
-// lineDiff shows the lines only one of a and b has (in order, with a few of context lost), a
-// short failure message for two long listings.
-func lineDiff(a, b, nameA, nameB string) string {
-	as, bs := strings.Split(a, "\n"), strings.Split(b, "\n")
-	count := func(lines []string) map[string]int {
-		m := map[string]int{}
-		for _, l := range lines {
-			m[l]++
-		}
-		return m
-	}
-	ca, cb := count(as), count(bs)
-	var out strings.Builder
-	for _, l := range as {
-		if cb[l] > 0 {
-			cb[l]--
-			continue
-		}
-		out.WriteString("- " + nameA + ": " + l + "\n")
-	}
-	for _, l := range bs {
-		if ca[l] > 0 {
-			ca[l]--
-			continue
-		}
-		out.WriteString("+ " + nameB + ": " + l + "\n")
-	}
-	if out.Len() == 0 {
-		return "same lines in a different order:\n--- " + nameA + "\n" + a + "\n--- " + nameB + "\n" + b
-	}
-	return out.String()
-}
-
 // objectsOf is the text of what a `nft list ruleset` listing holds for the Service: the chains,
 // maps and sets named after it (own chains of ranges, all-ports and affinity ports, source-range
 // and affinity sets), and the elements of the shared endpoint maps under its addresses (the
