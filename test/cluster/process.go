@@ -67,11 +67,13 @@ func (p *process) running() bool {
 	}
 }
 
-// stop sends SIGTERM, waits up to grace, then kills the process group. Stopping a stopped
-// process is a no-op.
-func (p *process) stop(grace time.Duration) error {
+// stop sends SIGTERM, waits up to grace, then kills the process group, and returns once the
+// process has exited. It reports whether it had to kill: a server slow to stop (a busy machine,
+// open watches) is stopped all the same, so callers log that and never fail on it. Stopping a
+// stopped process is a no-op.
+func (p *process) stop(grace time.Duration) (killed bool) {
 	if p.cmd == nil {
-		return nil
+		return false
 	}
 	defer func() {
 		p.log.Close()
@@ -80,12 +82,17 @@ func (p *process) stop(grace time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
-		return nil
+		return false
 	case <-time.After(grace):
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.exited
-	return fmt.Errorf("%s did not stop within %s after SIGTERM; killed", p.name, grace)
+	return true
+}
+
+// slowStop is the log line for a process stop had to kill.
+func (p *process) slowStop(grace time.Duration) string {
+	return fmt.Sprintf("%s did not stop within %s after SIGTERM (a busy machine or open watches); killed", p.name, grace)
 }
 
 // waitReady polls ready until it reports nil, the process exits, or ctx ends. The error names

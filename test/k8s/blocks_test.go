@@ -83,14 +83,7 @@ func (e *env) startAllocator() {
 	go func() { done <- c.Run(ctx) }()
 	e.t.Cleanup(func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Errorf("allocator controller: Run returned %v", err)
-			}
-		case <-time.After(waitBound):
-			e.t.Errorf("allocator controller did not stop within %s of its context ending", waitBound)
-		}
+		tier.AwaitStop(e.t, "allocator controller", done, waitBound)
 	})
 }
 

@@ -297,7 +297,7 @@ func TestHostileInput(t *testing.T) {
 	}
 	d.checkHealthy(t)
 	rss := d.peakRSS()
-	if err := d.term(); err != nil {
+	if err := d.term(t); err != nil {
 		t.Errorf("daemon exit after SIGTERM: %v; want 0", err)
 	}
 	d.checkNoPanic(t)

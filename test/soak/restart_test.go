@@ -175,7 +175,7 @@ func TestRestartUnderTraffic(t *testing.T) {
 	e.waitSynced(up, 10*time.Second)
 	event("upgrade %s synced beside daemon-d", up.name)
 	termAt := time.Now()
-	if err := d.term(); err != nil {
+	if err := d.term(t); err != nil {
 		t.Errorf("daemon-d after SIGTERM: %v; want exit 0", err)
 	}
 	stopTook := time.Since(termAt)
@@ -204,7 +204,7 @@ func TestRestartUnderTraffic(t *testing.T) {
 // cleanupThenRun stops the daemon, runs `nftproxy cleanup` (service must stop: nothing is left),
 // then `run` again and measures how long until every target answers.
 func cleanupThenRun(t *testing.T, e *env, d *daemon, scenario string) {
-	if err := d.term(); err != nil {
+	if err := d.term(t); err != nil {
 		t.Errorf("%s after SIGTERM: %v; want exit 0", d.name, err)
 	}
 	if out, err := e.lab.Node.Run(daemonBinary, "cleanup"); err != nil {
