@@ -242,9 +242,15 @@ func TestKernelDumpCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled read-back (packed %v): %v; want context.Canceled", packed, err)
 		}
-		for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > goroutines; {
-			if time.Now().After(deadline) {
-				t.Fatalf("cancelled read-back (packed %v): %d goroutines, %d before", packed, runtime.NumGoroutine(), goroutines)
+		// The read-back's goroutines end soon after; slow (a busy machine) is logged, and only
+		// goroutines still there a minute later are a leak.
+		slow, hang := time.Now().Add(2*time.Second), time.Now().Add(time.Minute)
+		for runtime.NumGoroutine() > goroutines {
+			if now := time.Now(); now.After(hang) {
+				t.Fatalf("cancelled read-back (packed %v): %d goroutines a minute later, %d before: a leak", packed, runtime.NumGoroutine(), goroutines)
+			} else if !slow.IsZero() && now.After(slow) {
+				t.Logf("cancelled read-back (packed %v): %d goroutines after 2s, %d before; waiting (a busy machine?)", packed, runtime.NumGoroutine(), goroutines)
+				slow = time.Time{}
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
