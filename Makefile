@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 IMAGE   ?= ghcr.io/nftproxy/nftproxy:$(VERSION)
 
-.PHONY: all build image deps cluster-tools test unit lint e2e soak bench demo clean
+.PHONY: all build image deps cluster-tools test unit lint golden busy-test busy-run e2e soak bench demo clean
 
 all: build
 
@@ -42,6 +42,27 @@ unit:
 ## test: every tier that runs on this machine (unit, kernel, data-plane e2e); needs root
 test: deps lint build cluster-tools
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## golden: rewrite every golden file (the ruleset builder's whole output, the partial-sync
+## scripts) from what the code produces now; review `git diff` of the testdata before committing
+golden:
+	$(GO) test -count=1 -run '^Test(Ruleset|PartialSync|Sync)Golden$$' ./proxy/ruleset/ ./proxy/reconciler/ ./proxy/proxier/ -update
+
+## busy-test: the real-API-server tiers (test/cluster, test/allocator, test/k8s) beside a CPU hog,
+## one `yes` per core for as long as the tests run (killed when they end or fail, and bounded by
+## BUSY_FOR even if make is killed): proof that a busy machine does not fail them; a slow
+## teardown is logged, never a failure (needs root)
+BUSY_PKGS ?= ./test/cluster/... ./test/allocator/... ./test/k8s/...
+BUSY_FOR  ?= 90m
+busy-test: deps build cluster-tools
+	@$(MAKE) --no-print-directory busy-run
+
+# busy-run: `go test $(BUSY_PKGS)` beside the hog, without busy-test's prerequisites.
+busy-run:
+	@pids=""; for i in $$(seq $$(nproc)); do timeout $(BUSY_FOR) yes >/dev/null & pids="$$pids $$!"; done; \
+	trap 'kill $$pids 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	echo "busy-test: $$(nproc) CPU hogs (pids$$pids) beside go test $(BUSY_PKGS)"; \
+	$(GO) test -race -count=1 -timeout 60m $(BUSY_PKGS)
 
 ## e2e: only the packet-level end-to-end tier
 e2e: deps build
