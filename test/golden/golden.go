@@ -56,11 +56,11 @@ func Check(t testing.TB, path, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("golden: %v (run the test with -update to write it, then review the file)", err)
+		t.Fatalf("golden: %v (run `make golden` or the test with -update to write it, then review the file)", err)
 		return
 	}
 	if d := Diff(string(want), got); d != "" {
-		t.Errorf("output differs from %s (- file, + got); if the change is intended, rerun with -update and review git diff:\n%s", path, d)
+		t.Errorf("output differs from %s (- file, + got); if the change is intended, run `make golden` (or this test with -update) and review git diff:\n%s", path, d)
 	}
 }
 
