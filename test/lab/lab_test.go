@@ -2,9 +2,11 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,6 +215,37 @@ func TestStartInNode(t *testing.T) {
 				t.Errorf("Done not closed after Stop")
 			}
 		})
+	}
+}
+
+// TestStopWaitsForASlowExit: a process that takes longer than the grace period to exit after
+// SIGTERM (as the daemon does on a busy machine) is logged as slow, not killed: Stop returns its
+// own exit status.
+func TestStopWaitsForASlowExit(t *testing.T) {
+	netns.Skip(t)
+	ns := netns.New(t, "labslow")
+	var mu sync.Mutex
+	var logs []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+	}
+	slowExit := fmt.Sprintf("sleep %d; exit 0", int((stopGrace + time.Second).Seconds()))
+	p, err := Start(context.Background(), ns, logf, "sh", "-c", `trap '`+slowExit+`' TERM; printf 'st%s\n' arted; while :; do sleep 0.1; done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(p.Output(), "started") { // bounded by the test's timeout
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Stop(); err != nil {
+		t.Errorf("Stop of a process slow to exit: %v, want its own exit status 0 (not killed)", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(strings.Join(logs, "\n"), "still running") {
+		t.Errorf("the slow exit was not logged; logs:\n%s", strings.Join(logs, "\n"))
 	}
 }
 
