@@ -164,6 +164,14 @@ func commonFields(key ServiceKey, svc *corev1.Service) (*common, *Rejection) {
 		c.sourceRanges = append(c.sourceRanges, p.Masked())
 	}
 	c.lbIPs = ingressIPs(svc)
+	for _, f := range []struct {
+		field string
+		ips   []netip.Addr
+	}{{"cluster IP", c.clusterIPs}, {"externalIP", c.externalIPs}, {"status.loadBalancer.ingress IP", c.lbIPs}} {
+		if rej := specialAddrs(key, f.field, f.ips); rej != nil {
+			return nil, rej
+		}
+	}
 	c.nodePorts = svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	external := c.nodePorts || len(c.externalIPs) > 0 || len(c.lbIPs) > 0
 	c.externalLocal = external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
