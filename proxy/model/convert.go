@@ -165,10 +165,14 @@ func commonFields(key ServiceKey, svc *corev1.Service) (*common, *Rejection) {
 	}
 	c.lbIPs = ingressIPs(svc)
 	for _, f := range []struct {
-		field string
-		ips   []netip.Addr
-	}{{"cluster IP", c.clusterIPs}, {"externalIP", c.externalIPs}, {"status.loadBalancer.ingress IP", c.lbIPs}} {
-		if rej := specialAddrs(key, f.field, f.ips); rej != nil {
+		field, do string
+		ips       []netip.Addr
+	}{
+		{"cluster IP", "use an address of the service CIDR", c.clusterIPs},
+		{"externalIP", "remove it, or use an address that routes to the cluster", c.externalIPs},
+		{"status.loadBalancer.ingress IP", "the load-balancer controller that wrote it must publish a routable address", c.lbIPs},
+	} {
+		if rej := specialAddrs(key, f.field, f.do, f.ips); rej != nil {
 			return nil, rej
 		}
 	}

@@ -41,13 +41,14 @@ func SpecialAddress(a netip.Addr) string {
 	return ""
 }
 
-// specialAddrs rejects a Service naming a special address in field (see SpecialAddress).
-func specialAddrs(key ServiceKey, field string, addrs []netip.Addr) *Rejection {
+// specialAddrs rejects a Service naming a special address in field (see SpecialAddress); do
+// says what to do instead.
+func specialAddrs(key ServiceKey, field, do string, addrs []netip.Addr) *Rejection {
 	for _, a := range addrs {
 		if why := SpecialAddress(a); why != "" {
 			return reject(key, ReasonSpecialAddress,
-				"%s %s %s: no Service may forward it (it would capture the node's own or its link's traffic); use an ordinary unicast address",
-				field, a, why)
+				"%s %s %s; no Service may take it (it would capture traffic meant for the node itself or its link); %s",
+				field, a, why, do)
 		}
 	}
 	return nil

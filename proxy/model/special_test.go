@@ -3,6 +3,7 @@ package model
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -122,7 +123,16 @@ func TestSpecialServiceAddresses(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("reason %q (%+v); want %q", got, conv.Service.Rejected, tc.want)
 			}
+			if r := conv.Service.Rejected; r != nil && !strings.HasPrefix(r.Message, "service ns/a: ") {
+				t.Fatalf("message %q does not start with the Service", r.Message)
+			}
 		})
+	}
+	// The message names the field and the address, and says what to do.
+	conv := FromService(svcFixture("a", lbIngress("127.0.0.1")), nil)
+	want := "service ns/a: status.loadBalancer.ingress IP 127.0.0.1 may not be in the loopback range (127.0.0.0/8, ::1/128); no Service may take it"
+	if r := conv.Service.Rejected; r == nil || !strings.HasPrefix(r.Message, want) || !strings.Contains(r.Message, "load-balancer controller") {
+		t.Fatalf("rejection %+v; want a message starting %q and naming the load-balancer controller", r, want)
 	}
 }
 
