@@ -25,8 +25,9 @@
 //
 // Objects are then checked as the API server would check them (see validate.go): a Service that
 // fails is kept as a rejected Service with a reason, an EndpointSlice or Node that fails is left
-// out, and an endpoint whose address is not usable (loopback, link-local, multicast,
-// unspecified, a cloud metadata address) is dropped from its slice. Each is reported; the rest
+// out, and an endpoint whose address is not usable (model.SpecialAddress: loopback,
+// link-local, multicast, unspecified, broadcast, a cloud metadata address) is dropped from its
+// slice. Each is reported; the rest
 // of the file loads.
 //
 // A directory that is present and empty means "no Services". A directory that is missing or

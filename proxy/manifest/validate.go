@@ -211,7 +211,7 @@ func validateServiceAddrs(s *corev1.Service) field.ErrorList {
 		at := spec.Child("externalIPs").Index(i)
 		if a, e := parseIP(at, ip); len(e) > 0 {
 			errs = append(errs, e...)
-		} else if why := specialAddr(a); why != "" {
+		} else if why := model.SpecialAddress(a); why != "" {
 			errs = append(errs, field.Invalid(at, ip, why))
 		}
 	}
@@ -259,34 +259,6 @@ func validateSliceMeta(s *discoveryv1.EndpointSlice) field.ErrorList {
 	return errs
 }
 
-// metadataAddresses are the cloud instance-metadata services (AWS, GCP, Azure, ... use the
-// IPv4 one; AWS Nitro also the IPv6 one): an endpoint there would hand a Service's clients the
-// node's credentials.
-var metadataAddresses = []netip.Addr{netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00:ec2::254")}
-
-// specialAddr says why an address may not be an endpoint or an external IP, or "" if it may.
-// The API server refuses unspecified, loopback, link-local and link-local multicast addresses
-// for endpoints; nftproxy also refuses every multicast address and the metadata addresses.
-func specialAddr(a netip.Addr) string {
-	a = a.Unmap()
-	for _, m := range metadataAddresses {
-		if a == m {
-			return "may not be a cloud metadata address (169.254.169.254, fd00:ec2::254)"
-		}
-	}
-	switch {
-	case a.IsUnspecified():
-		return "may not be unspecified (0.0.0.0, ::)"
-	case a.IsLoopback():
-		return "may not be in the loopback range (127.0.0.0/8, ::1/128)"
-	case a.IsLinkLocalUnicast():
-		return "may not be in the link-local range (169.254.0.0/16, fe80::/10)"
-	case a.IsMulticast():
-		return "may not be a multicast address (224.0.0.0/4, ff00::/8)"
-	}
-	return ""
-}
-
 // endpointProblem says why one endpoint of a slice is dropped, or "" if it is kept: an
 // address that is not an IP of the slice's family or is special, or a malformed node name.
 // Its field paths are built only for a problem found: building them for every endpoint was a
@@ -306,7 +278,7 @@ func endpointProblem(s *discoveryv1.EndpointSlice, i int) string {
 			if (s.AddressType == discoveryv1.AddressTypeIPv4) != a.Is4() {
 				return field.Invalid(at().Child("addresses").Index(j), addr, "must be an "+string(s.AddressType)+" address").Error()
 			}
-			if why := specialAddr(a); why != "" {
+			if why := model.SpecialAddress(a); why != "" {
 				return field.Invalid(at().Child("addresses").Index(j), addr, why).Error()
 			}
 		}

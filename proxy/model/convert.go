@@ -164,6 +164,18 @@ func commonFields(key ServiceKey, svc *corev1.Service) (*common, *Rejection) {
 		c.sourceRanges = append(c.sourceRanges, p.Masked())
 	}
 	c.lbIPs = ingressIPs(svc)
+	for _, f := range []struct {
+		field, do string
+		ips       []netip.Addr
+	}{
+		{"cluster IP", "use an address of the service CIDR", c.clusterIPs},
+		{"externalIP", "remove it, or use an address that routes to the cluster", c.externalIPs},
+		{"status.loadBalancer.ingress IP", "the load-balancer controller that wrote it must publish a routable address", c.lbIPs},
+	} {
+		if rej := specialAddrs(key, f.field, f.do, f.ips); rej != nil {
+			return nil, rej
+		}
+	}
 	c.nodePorts = svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
 	external := c.nodePorts || len(c.externalIPs) > 0 || len(c.lbIPs) > 0
 	c.externalLocal = external && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal

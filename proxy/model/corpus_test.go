@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -29,7 +30,8 @@ func TestInvalidCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard(),
-		Guard: model.GuardConfig{ReservedPorts: reserved, BlockRange: model.PortSpan{First: 20000, Last: 29999}}})
+		Guard: model.GuardConfig{ReservedPorts: reserved, BlockRange: model.PortSpan{First: 20000, Last: 29999},
+			ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:96::/108")}}})
 	manifest.NewFeeder(tr).Feed(objs, errs)
 	snap := tr.Snapshot()
 	covered := map[string]bool{}

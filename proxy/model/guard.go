@@ -82,6 +82,13 @@ type GuardConfig struct {
 	// BlockRange is where node-port blocks (nftproxy.io/node-port-ranges) may lie. The zero
 	// span allows no block at all (blocks are disabled).
 	BlockRange PortSpan
+	// ServiceCIDRs, when set, are where every cluster IP must be allocatable from (inside one,
+	// neither its network address nor an IPv4 CIDR's broadcast address), as the API server
+	// allocates them. Manifest mode sets them from --service-cidr: nothing else stands between a
+	// hand-written clusterIP and the kernel. Kubernetes mode leaves them empty: the API server
+	// allocated the address already, from any of the cluster's ServiceCIDR objects (several
+	// since ServiceCIDR went GA in 1.33), which --service-cidr need not list.
+	ServiceCIDRs []netip.Prefix
 }
 
 // reserved returns the first reserved span overlapping lo-hi.
@@ -107,13 +114,10 @@ const (
 // holds locally in nftproxy's network namespace; the value is where each was seen (never 0).
 type NodeAddresses map[netip.Addr]AddressOrigin
 
-// clusterIPClash reports whether a cluster IP is one of the node's own addresses: one of the
-// Node object, or a loopback address. Other kernel-held addresses do not count for cluster IPs:
-// a node may legitimately hold service addresses locally (kube-proxy's IPVS mode leaves every
-// ClusterIP on its kube-ipvs0 interface), and counting them would reject every Service there.
-func (n NodeAddresses) clusterIPClash(a netip.Addr) bool {
-	o := n[a]
-	return o&FromNodeObject != 0 || (o != 0 && a.IsLoopback())
+// fromNodeObject reports whether a is one of the Node object's addresses. A cluster IP there
+// is refused outright: the Node's addresses are how the cluster reaches the node.
+func (n NodeAddresses) fromNodeObject(a netip.Addr) bool {
+	return n[a]&FromNodeObject != 0
 }
 
 // addressesOf lists every address a Service names (cluster, external and LoadBalancer IPs),
@@ -157,16 +161,21 @@ func guardService(s *Service, node NodeAddresses, g *GuardConfig) *Service {
 
 func guardPort(key ServiceKey, p *ServicePort, node NodeAddresses, g *GuardConfig) *Rejection {
 	for _, a := range p.ClusterIPs {
-		if node.clusterIPClash(a) {
+		if node.fromNodeObject(a) {
 			return reject(key, ReasonNodeAddressClusterIP,
 				"port %q: cluster IP %s is an address of this node; a cluster IP must come from the service CIDR, so change it",
 				p.Name.Port, a)
 		}
 	}
+	// Every address the node holds, whichever field names it: all-ports or a range there would
+	// capture the node's own ports (SSH on a pod bridge's gateway address included), and a
+	// reserved port would capture or lock out that port of the node. A cluster IP the kernel
+	// holds (not the Node object's) stays usable for other single ports: kube-proxy's IPVS mode
+	// leaves every cluster IP on its kube-ipvs0 device.
 	for _, f := range []struct {
 		field string
 		ips   []netip.Addr
-	}{{"status.loadBalancer.ingress IP", p.LoadBalancerIPs}, {"externalIP", p.ExternalIPs}} {
+	}{{"cluster IP", p.ClusterIPs}, {"status.loadBalancer.ingress IP", p.LoadBalancerIPs}, {"externalIP", p.ExternalIPs}} {
 		for _, a := range f.ips {
 			if node[a] == 0 {
 				continue
@@ -188,6 +197,12 @@ func guardPort(key ServiceKey, p *ServicePort, node NodeAddresses, g *GuardConfi
 			}
 		}
 	}
+	// After the node-address checks: what would capture the node is the first thing to report.
+	if a, why := clusterIPOutside(p.ClusterIPs, g.ServiceCIDRs); a.IsValid() {
+		return reject(key, ReasonClusterIPOutsideServiceCIDR,
+			"port %q: cluster IP %s %s (--service-cidr %s); the API server would not have allocated it, so choose one inside the service CIDR",
+			p.Name.Port, a, why, formatPrefixes(g.ServiceCIDRs))
+	}
 	if p.NodePort != 0 && !p.AllPorts {
 		if p.HasNodePortBlock() {
 			if rej := guardBlock(key, p, g); rej != nil {
@@ -207,6 +222,14 @@ func guardPort(key ServiceKey, p *ServicePort, node NodeAddresses, g *GuardConfi
 		}
 	}
 	return nil
+}
+
+func formatPrefixes(ps []netip.Prefix) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // guardBlock checks a node-port block: identity-mapped (the block is the port range itself),

@@ -76,13 +76,13 @@ func TestGuardNodeAddresses(t *testing.T) {
 		{"all-ports on a node LB IPv4", svcFixture("a", anyPort, allPorts, lbIngress(nodeV4)), ReasonNodeAddressRange},
 		{"all-ports on a kernel-local LB IPv6", svcFixture("a", anyPort, allPorts, lbIngress(nodeV6),
 			func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"fd00:96::10"}; s.Spec.ClusterIP = "fd00:96::10" }), ReasonNodeAddressRange},
-		{"all-ports on loopback LB", svcFixture("a", anyPort, allPorts, lbIngress("127.0.0.1")), ReasonNodeAddressRange},
+		{"all-ports on loopback LB", svcFixture("a", anyPort, allPorts, lbIngress("127.0.0.1")), ReasonSpecialAddress},
 		{"range on a node LB IP", svcFixture("a", wholeRange, lbIngress(nodeV4)), ReasonNodeAddressRange},
 		{"range on a node external IP", svcFixture("a", wholeRange, func(s *corev1.Service) { s.Spec.ExternalIPs = []string{nodeV4} }), ReasonNodeAddressRange},
 		{"cluster IP is a node address", svcFixture("a", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = nodeV4, []string{nodeV4} }),
 			ReasonNodeAddressClusterIP},
 		{"cluster IP is loopback", svcFixture("a", func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "127.0.0.1", []string{"127.0.0.1"} }),
-			ReasonNodeAddressClusterIP},
+			ReasonSpecialAddress},
 		// The kernel may hold service addresses (kube-proxy IPVS's kube-ipvs0 holds every
 		// ClusterIP): a kernel-only address is not a clash for a cluster IP.
 		{"cluster IP held by the kernel only", svcFixture("a", func(s *corev1.Service) {

@@ -50,15 +50,24 @@ const (
 	// its metadata or spec enums (a name or namespace that is not a DNS label, such as one with
 	// '/' or NUL; labels; annotation keys; type; affinity; traffic policies).
 	ReasonAPIValidation = "APIValidation"
-	// ReasonNodeAddressRange: all-ports or a port range on a LoadBalancer ingress IP or an
-	// external IP that is an address of the node (it would capture the node's own ports).
+	// ReasonNodeAddressRange: all-ports or a port range on a LoadBalancer ingress IP, an
+	// external IP or a cluster IP that is an address of the node, the Node object's or the
+	// kernel's (it would capture the node's own ports).
 	ReasonNodeAddressRange = "NodeAddressRange"
-	// ReasonNodeAddressClusterIP: a cluster IP that is an address of the node.
+	// ReasonNodeAddressClusterIP: a cluster IP that is one of the Node object's addresses.
 	ReasonNodeAddressClusterIP = "NodeAddressClusterIP"
 	// ReasonReservedPort: a port reserved for the node (--reserved-ports) used on a node
-	// address: a LoadBalancer or external IP that is a node address, a node port, a
+	// address: a LoadBalancer, external or cluster IP that is a node address, a node port, a
 	// health-check node port or a node-port block.
 	ReasonReservedPort = "ReservedPort"
+	// ReasonSpecialAddress: a cluster IP, external IP or load-balancer ingress IP is an address
+	// no Service may take: unspecified, loopback, link-local, multicast, 255.255.255.255 or a
+	// cloud metadata address (SpecialAddress).
+	ReasonSpecialAddress = "SpecialAddress"
+	// ReasonClusterIPOutsideServiceCIDR: manifest mode with --service-cidr only; a cluster IP the
+	// API server could not have allocated from the service CIDRs (outside them, or their network
+	// address, or an IPv4 CIDR's broadcast address).
+	ReasonClusterIPOutsideServiceCIDR = "ClusterIPOutsideServiceCIDR"
 	// ReasonNodePortBlockOutOfRange: a node-port block outside --range-node-port-range, not
 	// identity-mapped, or given while blocks are disabled.
 	ReasonNodePortBlockOutOfRange = "NodePortBlockOutOfRange"
@@ -83,6 +92,7 @@ func AllReasons() []string {
 		ReasonNodeAddressRange, ReasonNodeAddressClusterIP, ReasonReservedPort,
 		ReasonNodePortBlockOutOfRange,
 		ReasonNodePortNotAssigned,
+		ReasonSpecialAddress, ReasonClusterIPOutsideServiceCIDR,
 	}
 }
 

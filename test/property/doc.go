@@ -2,7 +2,8 @@
 // batches of API-valid Services, EndpointSlices and a Node at the API's limits and in odd but
 // valid shapes (maximum name lengths, every protocol and family, every traffic policy and
 // affinity, ranges of width 1 and ending at 65535, all-ports, many ports and endpoints, node
-// ports, Services on the node's own addresses). The property: each Service is programmed or
+// ports, Services on the node's own addresses, the Node object's or only the kernel's, and on
+// special addresses). The property: each Service is programmed or
 // rejected with a documented reason as its shape requires, nothing it says can take the node's
 // reserved ports, and the sync never fails as a whole.
 //

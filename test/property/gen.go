@@ -29,6 +29,9 @@ type Options struct {
 	NodeIPs  []netip.Addr
 	// ReservedClusterIPs are never given to a generated Service (the canary's).
 	ReservedClusterIPs []netip.Addr
+	// LocalIPs are addresses the node's kernel holds that its Node object does not list (a pod
+	// bridge's gateway); ShapeKernelAddress puts cluster IPs there, one Service per address.
+	LocalIPs []netip.Addr
 }
 
 // Generated is one Service with its EndpointSlices, the shapes it carries and what the property
@@ -62,6 +65,9 @@ type Batch struct {
 	Seed     uint64
 	Node     *corev1.Node
 	Services []*Generated
+	// LocalIPs are the node's kernel-held addresses the Node does not list (Options.LocalIPs):
+	// the model must know them as the daemon does (model.Tracker.SetLocalAddresses).
+	LocalIPs []netip.Addr
 }
 
 // Reserved ports no Service may capture or reject on a node address (issue 14's minimum: SSH,
@@ -94,6 +100,10 @@ type gen struct {
 	// clashable are node ports of earlier Services expected to be programmed.
 	clashable []clashPort
 	created   time.Time
+	// usedSpecial and usedLocal are the special and kernel-held addresses already given as
+	// cluster IPs (each at most once a batch).
+	usedSpecial map[string]bool
+	usedLocal   map[netip.Addr]bool
 }
 
 type clashPort struct {
@@ -109,7 +119,8 @@ func Generate(opts Options) *Batch {
 		opts.MaxEndpoints = 40
 	}
 	g := &gen{opts: opts, r: rand.New(rand.NewPCG(opts.Seed, 0x6e667470726f7879)), names: map[string]bool{},
-		reserved: map[netip.Addr]bool{}, block: blockFirst, created: time.Unix(1700000000, 0)}
+		reserved: map[netip.Addr]bool{}, block: blockFirst, created: time.Unix(1700000000, 0),
+		usedSpecial: map[string]bool{}, usedLocal: map[netip.Addr]bool{}}
 	for _, a := range opts.ReservedClusterIPs {
 		g.reserved[a] = true
 	}
@@ -122,7 +133,7 @@ func Generate(opts Options) *Batch {
 	for i := 0; i < nsCount; i++ {
 		g.nsPool = append(g.nsPool, g.namespaceName())
 	}
-	b := &Batch{Seed: opts.Seed, Node: g.node()}
+	b := &Batch{Seed: opts.Seed, Node: g.node(), LocalIPs: opts.LocalIPs}
 	for i := 0; i < opts.Services; i++ {
 		gs := g.service(i)
 		if err := validateGenerated(gs); err != nil {
@@ -191,6 +202,14 @@ func (g *gen) service(i int) *Generated {
 		}
 	case ShapeNodePortBlock, ShapeNodePortBlockReserved:
 		g.blockService(gs, primary, long)
+	case ShapeSpecialAddress:
+		if !g.specialAddressService(gs, long) {
+			g.plainService(gs, long, "")
+		}
+	case ShapeKernelAddress:
+		if !g.kernelAddressService(gs, long) {
+			g.plainService(gs, long, "")
+		}
 	default:
 		g.plainService(gs, long, primary)
 	}
@@ -209,6 +228,7 @@ func (g *gen) primary() Shape {
 		{ShapeAllPorts, 6}, {ShapeNodePortClash, 3}, {ShapeNodePortBlock, 3}, {ShapeNodePortBlockReserved, 2},
 		{ShapeNodeAddressPort, 3}, {ShapeNodeAddressReservedPort, 2}, {ShapeNodeAddressAllPorts, 2},
 		{ShapeNodeAddressRange, 2}, {ShapeSourceRangeSpaces, 3}, {ShapeIgnored, 2},
+		{ShapeSpecialAddress, 2}, {ShapeKernelAddress, 2},
 	}
 	total := 0
 	for _, w := range weighted {

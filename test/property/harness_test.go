@@ -22,6 +22,10 @@ const nodeName = "node-a"
 // nodeIPs are the Node object's addresses: the lab node's uplink addresses.
 var nodeIPs = []netip.Addr{netip.MustParseAddr(lab.NodeIPv4), netip.MustParseAddr(lab.NodeIPv6)}
 
+// localIPs are addresses the lab node holds that its Node object does not list: the pod
+// bridge's gateway and client-1's link.
+var localIPs = []netip.Addr{netip.MustParseAddr(lab.PodGatewayV4), netip.MustParseAddr(lab.PodGatewayV6), lab.ClientGatewayV4(1), lab.ClientGatewayV6(1)}
+
 // canaryIPs are the canary Service's ClusterIPs; generated Services never get them.
 var canaryIPs = []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)}
 
@@ -71,7 +75,7 @@ func seeds(t *testing.T, n int) []uint64 {
 
 func options(seed uint64, services int, p profile) Options {
 	return Options{Seed: seed, Services: services, MaxEndpoints: p.maxEndpoints,
-		NodeName: nodeName, NodeIPs: nodeIPs, ReservedClusterIPs: canaryIPs}
+		NodeName: nodeName, NodeIPs: nodeIPs, ReservedClusterIPs: canaryIPs, LocalIPs: localIPs}
 }
 
 // report fails t with the failures of one batch, grouped by Service, each with its shapes and

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	vnetns "github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/lab"
@@ -58,6 +61,18 @@ func TestGeneratedServicesKernel(t *testing.T) {
 	defer cancel()
 
 	tr := newTracker(nodeName)
+	// The node's addresses as the daemon reads them (they include localIPs).
+	nodeNS := vnetns.NsHandle(l.Node.Fd())
+	held, err := nodeaddr.List(&nodeNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range localIPs {
+		if !slices.Contains(held, a) {
+			t.Fatalf("the lab node does not hold %s (it holds %v): the kernel-address shape would test nothing", a, held)
+		}
+	}
+	tr.SetLocalAddresses(held)
 	canary := canaryBatch(l.Pod(1))
 	feed(tr, canary)
 	px := proxier.New(tr, kernel, builders, nil, testr.New(t).V(1), time.Now)
@@ -125,7 +140,7 @@ func readBack(ctx context.Context, kernel nft.Interface, builders []*ruleset.Bui
 		if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
 			out = append(out, Failure{What: fmt.Sprintf("the kernel's %s differs from the rendered ruleset (- kernel, + render):\n%s", bl.Table(), clip(d, 40))})
 		}
-		out = append(out, checkNodeSafety(got, nodeIPs)...)
+		out = append(out, checkNodeSafety(got, append(slices.Clone(nodeIPs), localIPs...))...)
 	}
 	return out
 }

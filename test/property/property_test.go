@@ -46,7 +46,7 @@ func TestGeneratorCoversEveryShape(t *testing.T) {
 	var maxNS, maxName, maxPort, maxPorts int
 	var maxTimeout int32
 	for seed := uint64(1); seed <= 20; seed++ {
-		b := Generate(Options{Seed: seed, Services: 120, NodeName: nodeName, NodeIPs: nodeIPs, ReservedClusterIPs: canaryIPs})
+		b := Generate(Options{Seed: seed, Services: 120, NodeName: nodeName, NodeIPs: nodeIPs, ReservedClusterIPs: canaryIPs, LocalIPs: localIPs})
 		for _, gs := range b.Services {
 			for s := range gs.Shapes {
 				seen[s]++

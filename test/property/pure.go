@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,6 +32,7 @@ func RunPure(b *Batch, nodeIPs []netip.Addr) (res PureResult) {
 		return PureResult{Failures: []Failure{{What: err.Error()}}}
 	}
 	tr := newTracker(b.Node.Name)
+	tr.SetLocalAddresses(b.LocalIPs)
 	feed(tr, b)
 	res.Snapshot = tr.Snapshot()
 	res.Failures = append(res.Failures, checkOutcomes(b, res.Snapshot)...)
@@ -39,7 +41,7 @@ func RunPure(b *Batch, nodeIPs []netip.Addr) (res PureResult) {
 		rs := bl.Ruleset(res.Snapshot.Node, res.Snapshot.Sorted())
 		res.Rulesets = append(res.Rulesets, rs)
 		res.Text += nft.Render(nft.Canonical(rs))
-		res.Failures = append(res.Failures, checkNodeSafety(rs, nodeIPs)...)
+		res.Failures = append(res.Failures, checkNodeSafety(rs, append(slices.Clone(nodeIPs), b.LocalIPs...))...)
 	}
 	res.Failures = append(res.Failures, applyFake(tr, builders, res.Rulesets)...)
 	return res

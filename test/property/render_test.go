@@ -112,6 +112,11 @@ func checkRendered(b *Batch, text string) []Failure {
 			// (the pure and kernel tests check the model's own rejection of such a block).
 			exp = Expect{Outcome: Either}
 		}
+		if gs.Shapes[ShapeKernelAddress] {
+			// render reads no kernel's addresses (only the Node manifest's), and its
+			// --service-cidr refuses such a cluster IP first (ClusterIPOutsideServiceCIDR).
+			exp = Expect{Outcome: Rejected, Reason: model.ReasonClusterIPOutsideServiceCIDR, Why: exp.Why}
+		}
 		switch {
 		case isRejected && !contains(model.AllReasons(), reason):
 			fail("rejected with undocumented reason " + reason)

@@ -51,6 +51,13 @@ const (
 	// ShapeSourceRangeSpaces: loadBalancerSourceRanges entries with spaces around them, which
 	// the API server accepts (it trims them) (issue 14 item 8).
 	ShapeSourceRangeSpaces Shape = "source-range-spaces"
+	// ShapeSpecialAddress: a cluster IP or load-balancer ingress IP that is a special address
+	// (unspecified, loopback, link-local, multicast, broadcast, cloud metadata); rejected with
+	// SpecialAddress.
+	ShapeSpecialAddress Shape = "special-address"
+	// ShapeKernelAddress: all-ports or a port range on a cluster IP that the node's kernel holds
+	// but its Node object does not list (a pod bridge's gateway); rejected with NodeAddressRange.
+	ShapeKernelAddress Shape = "kernel-address"
 	// ShapeIgnored: headless and ExternalName Services, which nftproxy ignores.
 	ShapeIgnored Shape = "ignored"
 )
@@ -60,7 +67,8 @@ func AllShapes() []Shape {
 	return []Shape{ShapeLongNames, ShapeManyPorts, ShapeRange, ShapeOnePortRange, ShapeRangeTo65535,
 		ShapeAllPorts, ShapeNodePortClash, ShapeNodePortBlock, ShapeNodePortBlockReserved,
 		ShapeNodeAddressPort, ShapeNodeAddressReservedPort, ShapeNodeAddressAllPorts,
-		ShapeNodeAddressRange, ShapeSourceRangeSpaces, ShapeIgnored}
+		ShapeNodeAddressRange, ShapeSourceRangeSpaces, ShapeIgnored,
+		ShapeSpecialAddress, ShapeKernelAddress}
 }
 
 // Outcome is what the property requires of one Service.

@@ -91,6 +91,8 @@ func hostileInputs() []hostileInput {
 		{"node-range", "NodeAddressRange", ann(rangesKey, "p=1-65535"), ip(118) + ", externalIPs: [" + lab.NodeIPv4 + "], ports: [{name: p, port: 1}]"},
 		{"node-clusterip", "NodeAddressClusterIP", "", "clusterIP: " + lab.NodeIPv4 + ", ports: [{name: http, port: 2222}]"},
 		{"reserved", "ReservedPort", "", ip(119) + ", externalIPs: [" + lab.NodeIPv4 + "], ports: [{name: ssh, port: 22}]"},
+		{"metadata-clusterip", "SpecialAddress", "", "clusterIP: 169.254.169.254, ports: [{name: http, port: 80}]"},
+		{"pod-clusterip", "ClusterIPOutsideServiceCIDR", "", "clusterIP: " + lab.PodIPv4(1).String() + ", ports: [{name: http, port: 80}]"},
 	}
 	var out []hostileInput
 	for _, r := range reasons {

@@ -174,7 +174,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.ProxyName, "service-proxy-name", "", "handle only Services labelled service.kubernetes.io/service-proxy-name=<this>; empty: only Services without that label")
 	fs.StringVar(&o.Families, "ip-families", "ipv4,ipv6", "IP families to program: ipv4, ipv6 or both")
 	fs.Var(&o.ClusterCIDRs, "cluster-cidr", "pod CIDRs (comma-separated); traffic to a ClusterIP from outside them is masqueraded")
-	fs.Var(&o.ServiceCIDRs, "service-cidr", "Service CIDRs (comma-separated); traffic to addresses in them that no Service owns is dropped")
+	fs.Var(&o.ServiceCIDRs, "service-cidr", "Service CIDRs (comma-separated); traffic to addresses in them that no Service owns is dropped; manifest mode: a Service whose cluster IP is not allocatable from them is rejected")
 	fs.Var(nodePortAddresses{o}, "nodeport-addresses", "node ports are served only on node addresses inside these CIDRs (comma-separated), or with primary only on the Node object's primary address of each family (its first InternalIP, else ExternalIP); empty: every node address except loopback")
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", detectClusterCIDR, "which traffic is the cluster's own (not masqueraded to ClusterIPs, short-circuited to LoadBalancer IPs of externalTrafficPolicy=Local Services): ClusterCIDR (from --cluster-cidr) or NodeCIDR (from this Node's spec.podCIDRs, read at start)")
 	fs.StringVar(&o.ConfigFile, "config", "", "kube-proxy's configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1; kubeadm's kube-proxy ConfigMap as it is): read strictly, every field mapped to a flag, warned about or refused with its reason; flags given on the command line override it")
@@ -257,9 +257,14 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 }
 
 // guard returns the node-address guard's settings: --reserved-ports plus the ports nftproxy itself
-// listens on, and --range-node-port-range.
+// listens on, --range-node-port-range, and in manifest mode --service-cidr (where cluster IPs
+// must lie; in Kubernetes mode the API server allocated them, maybe from ServiceCIDRs the flag
+// does not list, see model.GuardConfig).
 func (o *Options) guard() (model.GuardConfig, error) {
 	var g model.GuardConfig
+	if o.Manifests != "" {
+		g.ServiceCIDRs = o.ServiceCIDRs
+	}
 	reserved, err := model.ParsePortSpans(o.ReservedPorts)
 	if err != nil {
 		return g, fmt.Errorf("--reserved-ports: %w", err)
