@@ -72,13 +72,18 @@ type Runner struct {
 type Status struct {
 	LastSuccess  time.Time
 	FailingSince time.Time
+	// Progress is when the loop last made progress: a transaction was committed, or handed to
+	// the kernel (so a sync the kernel takes long over is progress, from its start).
+	Progress time.Time
 }
 
 // Status returns the loop's current health.
 func (r *Runner) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.status
+	st := r.status
+	st.Progress = r.p.Progress() // live: it moves during a sync
+	return st
 }
 
 // NewRunner returns a Runner for p.
@@ -146,7 +151,7 @@ func (r *Runner) Run(ctx context.Context) {
 		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {
 			needFull, pending = true, true
 		}
-		if r.p.PendingCleanup() {
+		if r.p.PendingCleanup() || r.p.Deferred() {
 			pending = true
 		}
 		wait := pace.wait(now)
@@ -191,6 +196,9 @@ func (r *Runner) Run(ctx context.Context) {
 		next := min(r.nextWake(false, 0, lastSync, lastFull), drift.wake(lastSync, base, r.cfg.MaxBackoff))
 		if r.p.PendingCleanup() {
 			next = min(next, reconciler.StaleChainDelay)
+		}
+		if r.p.Deferred() { // an expensive change waits for its own transaction
+			next = min(next, max(pace.wait(lastSync), time.Millisecond))
 		}
 		resetTimer(timer, next)
 	}

@@ -42,6 +42,8 @@ type Options struct {
 	MetricsAddress string
 	Profiling      bool
 	HealthzTimeout time.Duration
+	// MaxServiceCost bounds what one Service may cost the kernel (0: no bound).
+	MaxServiceCost int
 	Verbosity      int
 	StateDir       string
 	NodePortRange  string
@@ -200,7 +202,8 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address, as kube-proxy's --profiling; off by default, since profiles show the process's internals to whoever reaches that address")
 	fs.BoolVar(&o.BindAddressHardFail, "bind-address-hard-fail", false, "exit when the healthz or metrics address cannot be bound; otherwise it is retried every 5s, logged and reported in nftproxy_listener_up while the rules are programmed as usual")
-	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
+	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long while the sync loop made no progress (committed or started no transaction), or syncs have failed this long (an unreachable API server never fails them)")
+	fs.IntVar(&o.MaxServiceCost, "max-service-cost", proxier.DefaultMaxServiceCost, "most kernel objects one Service's rules may take (chains, rules and map elements; a named set counts 100; about 2 per endpoint and port): a costlier Service is rejected (reason CostLimit) so its commit cannot hold up every other Service's changes; 0: no bound")
 }
 
 // families parses --ip-families.

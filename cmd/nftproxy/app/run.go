@@ -52,6 +52,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	if o.MaxServiceCost < 0 {
+		return usageError{fmt.Errorf("--max-service-cost %d: must be 0 (no bound) or more", o.MaxServiceCost)}
+	}
 
 	reg := prometheus.NewRegistry()
 	if err := registerComponentMetrics(reg); err != nil {
@@ -133,6 +136,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		ms.status = status
 	}
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	p.SetMaxServiceCost(o.MaxServiceCost)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	rc := o.runConfig()
 	rc.Ready = src.Ready
@@ -141,6 +145,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
 		FailingSince: func() time.Time { return runner.Status().FailingSince },
 		PendingSince: tracker.PendingSince,
+		Progress:     func() time.Time { return runner.Status().Progress },
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
 		// Reported (body, nftproxy_source_up, log), never a 503: the rules keep serving, and
@@ -224,6 +229,7 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 	}
 	defer cleaner.Close()
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	p.SetMaxServiceCost(o.MaxServiceCost)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	res, err := p.Sync(ctx, true)
 	if err != nil {
