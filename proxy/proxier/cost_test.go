@@ -308,4 +308,7 @@ func TestSlowSyncIsLogged(t *testing.T) {
 			t.Errorf("slow sync log %q does not say %q", lines[0], want)
 		}
 	}
+	if n := strings.Count(lines[0], "default/big="); n != 1 {
+		t.Errorf("slow sync log names big's cost %d times, want once: %q", n, lines[0])
+	}
 }

@@ -32,8 +32,14 @@ type costOf struct {
 
 func (t *syncTrace) reset(now time.Time) { *t = syncTrace{start: now, last: now} }
 
-// cost notes the cost of a Service the sync built.
+// cost notes the cost of a Service the sync built (a Service built twice, for its own
+// transaction, is named once).
 func (t *syncTrace) cost(key model.ServiceKey, cost int) {
+	for i := range t.top {
+		if t.top[i].key == key && t.top[i].cost > 0 {
+			return
+		}
+	}
 	for i := range t.top {
 		if cost > t.top[i].cost {
 			copy(t.top[i+1:], t.top[i:len(t.top)-1])
