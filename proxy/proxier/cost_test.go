@@ -17,6 +17,7 @@ import (
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
+	"github.com/nftproxy/nftproxy/test/netns"
 )
 
 // bigService is a ClusterIP Service with port "http" (80) plus ports-1 others, and its slice
@@ -310,5 +311,58 @@ func TestSlowSyncIsLogged(t *testing.T) {
 	}
 	if n := strings.Count(lines[0], "default/big="); n != 1 {
 		t.Errorf("slow sync log names big's cost %d times, want once: %q", n, lines[0])
+	}
+}
+
+// TestKernelCheapChangeCommittedWhileExpensivePending proves on the real kernel, read back
+// with `nft -j list ruleset` (not through nftproxy's netlink code), that a cheap Service's
+// change is in the kernel while an expensive change of the same sync is still pending: when the
+// expensive transaction is handed over, the listing names the cheap Service and nothing of the
+// expensive one; after it, both.
+func TestKernelCheapChangeCommittedWhileExpensivePending(t *testing.T) {
+	ns := netns.New(t, "nftp-heavy")
+	raw, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	c := &clock{at: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	k := &opClock{Interface: raw, c: c}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	addService(tr, "a", 0)
+	p := newProxier(t, k, tr, nil)
+	ctx := context.Background()
+	if _, err := p.Sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	list := func() string {
+		t.Helper()
+		out, err := ns.Run("nft", "-j", "list", "ruleset")
+		if err != nil {
+			t.Fatalf("nft -j list ruleset: %v\n%s", err, out)
+		}
+		return out
+	}
+	const dPort, bigPort = `"default/d/tcp/http"`, `"default/big/tcp/http"`
+	addBig(tr, "big", 4, 400)
+	addService(tr, "d", 3)
+	var during string
+	k.before = func(tx *nft.Transaction) {
+		if holds(tx, "big") {
+			during = list()
+		}
+	}
+	if _, err := p.Sync(ctx, false); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if during == "" {
+		t.Fatal("no transaction carried big")
+	}
+	if !strings.Contains(during, dPort) || strings.Contains(during, bigPort) {
+		t.Fatalf("when big's transaction was handed to the kernel, the listing names d: %v, big: %v; want d only",
+			strings.Contains(during, dPort), strings.Contains(during, bigPort))
+	}
+	if after := list(); !strings.Contains(after, dPort) || !strings.Contains(after, bigPort) {
+		t.Fatalf("after the sync the listing names d: %v, big: %v; want both", strings.Contains(after, dPort), strings.Contains(after, bigPort))
 	}
 }
