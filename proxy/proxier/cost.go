@@ -34,30 +34,55 @@ func (p *Proxier) SetMaxServiceCost(n int) { p.maxCost = n }
 
 // place builds key's fragments (s nil: removed) and hands them to the reconciler, unless the
 // Service is over the cost bound (then it is taken out and reported) or, with canDefer, its
-// change is expensive: then it is queued for a transaction of its own (heavyQ) and built again
-// when its turn comes (the builders' scratch memory holds one Service at a time).
+// change is expensive: then it is queued for a transaction of its own (heavyQ) and built when
+// its turn comes. A Service that looks expensive from its model alone is queued before it is
+// built, so that building it does not delay the cheap changes' transaction either.
 func (p *Proxier) place(key model.ServiceKey, s *model.Service, canDefer bool) {
-	cost, held := 0, 0
+	held := 0
+	for _, b := range p.builders {
+		held += p.rec.HeldCost(b.Table(), reconciler.Owner(key))
+	}
+	if canDefer && (held > p.isolate || endpointSlots(s) > p.isolate) {
+		p.queueHeavy(key)
+		return
+	}
+	cost := 0
 	for i, b := range p.builders {
 		p.frags[i] = b.ServiceScratch(p.node, s)
 		cost += p.frags[i].Cost()
-		held += p.rec.HeldCost(b.Table(), reconciler.Owner(key))
 	}
 	p.trace.cost(key, cost)
 	if p.maxCost > 0 && cost > p.maxCost {
 		p.overCost(key, s, cost)
 		return
 	}
-	if canDefer && max(cost, held) > isolateCost {
-		if !p.heavyIn[key] {
-			p.heavyIn[key] = true
-			p.heavyQ = append(p.heavyQ, key)
-		}
+	if canDefer && cost > p.isolate {
+		p.queueHeavy(key) // built again when its turn comes: the scratch holds one Service
 		return
 	}
 	p.stage(key, s)
 	for i, b := range p.builders {
 		p.rec.Set(b.Table(), reconciler.Owner(key), p.frags[i])
+	}
+}
+
+// endpointSlots estimates a Service's cost from its model: a slot and a hairpin element per
+// endpoint and port, the bulk of every large Service.
+func endpointSlots(s *model.Service) int {
+	if s == nil || s.Rejected != nil {
+		return 0
+	}
+	n := 0
+	for i := range s.Ports {
+		n += 2 * len(s.Ports[i].Endpoints)
+	}
+	return n
+}
+
+func (p *Proxier) queueHeavy(key model.ServiceKey) {
+	if !p.heavyIn[key] {
+		p.heavyIn[key] = true
+		p.heavyQ = append(p.heavyQ, key)
 	}
 }
 

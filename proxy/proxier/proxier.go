@@ -92,6 +92,7 @@ type Proxier struct {
 	retryStarts map[model.ServiceKey][]time.Time
 
 	maxCost int                   // the bound of one Service's cost (0: none); see cost.go
+	isolate int                   // isolateCost (a benchmark compares with one transaction)
 	frags   []reconciler.Fragment // place's fragments, one per builder
 	// heavyQ are the Services whose change waits for a transaction of its own, first come
 	// first; heavyIn holds the same keys, heavyStarts their change starts.
@@ -113,7 +114,7 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 	}
 	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now,
 		changed: map[model.ServiceKey]*model.Service{}, rec: reconciler.New(kernel, log, now, tables...),
-		refused: map[model.ServiceKey]bool{}, maxCost: DefaultMaxServiceCost, frags: make([]reconciler.Fragment, len(builders)),
+		refused: map[model.ServiceKey]bool{}, maxCost: DefaultMaxServiceCost, isolate: isolateCost, frags: make([]reconciler.Fragment, len(builders)),
 		heavyIn: map[model.ServiceKey]bool{}, heavyStarts: map[model.ServiceKey][]time.Time{}}
 }
 
