@@ -32,6 +32,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"bad block range", []string{"render", "--manifests", ".", "--range-node-port-range", "9-1"}, 2, "--range-node-port-range"},
 		{"stray argument", []string{"render", "--manifests", ".", "extra"}, 2, "every setting is a flag"},
 		{"help", []string{"run", "-h"}, 0, "-min-sync-period"},
+		{"help names the cost bound", []string{"run", "-h"}, 0, "-max-service-cost"},
+		{"negative cost bound", []string{"run", "--manifests", ".", "--max-service-cost", "-1"}, 2, "--max-service-cost -1: must be 0 (no bound) or more"},
 		{"explain without a target", []string{"explain"}, 2, "name one Service (NAMESPACE/NAME) or one destination"},
 		{"explain of two targets", []string{"explain", "a/b", "c/d"}, 2, `got "a/b c/d"`},
 		{"explain of a bad target", []string{"explain", "web"}, 2, "neither NAMESPACE/NAME nor DST:PORT/PROTO"},
