@@ -4,6 +4,11 @@
 // syncs, a periodic full resync that repairs drift, retries with backoff. What must follow the
 // committed rules (conntrack cleanup, the health-check node ports) runs as after-commit hooks
 // (AddHook), which the proxier calls without knowing what they do.
+//
+// No Service may hold up the others (cost.go): each Service's fragments are costed as the
+// builder made them, a Service over the bound (SetMaxServiceCost) is rejected, and a change
+// that may be expensive is committed in a transaction of its own after the sync's other
+// changes. A sync over SlowSync is logged with its phases and costliest Services (slow.go).
 package proxier
 
 import (
