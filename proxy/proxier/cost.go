@@ -22,10 +22,10 @@ const (
 	// change in the same sync, and the message can say what to change.
 	DefaultMaxServiceCost = 100_000
 	// isolateCost: a change that may cost more (its new fragment's or its old one's, whichever
-	// is larger) is committed in its own transaction, after the sync's other changes, one such
-	// Service per sync; the next sync comes as soon as the pacer allows, with whatever changed
-	// meanwhile committed first. About 5 ms of kernel time: cheaper changes go out together,
-	// as one extra transaction would cost more than they do.
+	// is larger) is committed in its own transaction, after the sync's other changes (several
+	// such changes: one transaction each, first come first, in the same sync, so that a sync
+	// still commits everything it took). About 5 ms of kernel time: cheaper changes go out
+	// together, as one extra transaction would cost more than they do.
 	isolateCost = 1024
 )
 
@@ -128,7 +128,8 @@ func (p *Proxier) forgetHeavy(starts map[model.ServiceKey][]time.Time) map[model
 
 // commitHeavy commits the first queued expensive Service in a transaction of its own, built
 // from the Service's model now. On failure it stays first in the queue (its fragment is
-// already handed over, so the next commit carries it anyway).
+// already handed over, so the next sync's first commit carries it; its turn then only measures
+// its latency).
 func (p *Proxier) commitHeavy(ctx context.Context, limit int) (model.ServiceKey, reconciler.Result, error) {
 	key := p.heavyQ[0]
 	s := p.src.Service(key)
@@ -142,10 +143,6 @@ func (p *Proxier) commitHeavy(ctx context.Context, limit int) (model.ServiceKey,
 	delete(p.heavyIn, key)
 	return key, res, nil
 }
-
-// Deferred reports whether expensive changes wait for a transaction of their own: the loop
-// should sync again soon even if nothing else changes.
-func (p *Proxier) Deferred() bool { return len(p.heavyQ) > 0 }
 
 // addResult sums two commits of one sync.
 func addResult(a, b reconciler.Result) reconciler.Result {

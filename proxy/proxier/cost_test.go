@@ -188,28 +188,52 @@ func TestExpensiveChangeCommitsAfterTheOthers(t *testing.T) {
 		if len(lat) != 2 || lat[0] > cheap || lat[1] < cheap+time.Duration(k.txs[1].Len())*k.perOp {
 			t.Fatalf("programming latencies %v; want d's within its own commit (%v) and big's after both", lat, cheap)
 		}
-		if p.Deferred() {
-			t.Errorf("an expensive change is still deferred after its transaction")
+		if len(p.heavyQ) != 0 {
+			t.Errorf("expensive changes %v still queued after the sync", p.heavyQ)
 		}
 		matchesModel(t, raw, tr)
 	})
 }
 
-// TestRunnerCommitsDeferredChanges: two expensive changes at once take a transaction each, one
-// per sync; the loop syncs again by itself (no further change) until both are programmed.
-func TestRunnerCommitsDeferredChanges(t *testing.T) {
-	fake, tr, _, r, _ := runWeb(t, 0)
-	s1, sl1 := bigService("big1", "198.19.1.1", 2, 600)
-	s2, sl2 := bigService("big2", "198.19.1.2", 2, 600)
-	tr.UpsertService(s1)
-	tr.UpsertEndpointSlice(sl1)
-	tr.UpsertService(s2)
-	tr.UpsertEndpointSlice(sl2)
-	r.Notify()
-	waitFor(t, "both expensive Services programmed", func() bool {
-		got := programmed(t, fake, "big1", "big2")
-		return got["big1"] && got["big2"]
-	})
+// TestTwoExpensiveChangesTakeATransactionEach: two expensive changes in one sync are committed
+// after the cheap one, each in a transaction of its own, and the sync commits them all.
+func TestTwoExpensiveChangesTakeATransactionEach(t *testing.T) {
+	c := &clock{at: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	k := &opClock{Interface: nft.NewFake(), c: c}
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	addService(tr, "a", 0)
+	p := newProxier(t, k, tr, nil)
+	ctx := context.Background()
+	if _, err := p.Sync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	k.txs = nil
+	for i, n := range []string{"big1", "big2"} {
+		s, sl := bigService(n, fmt.Sprintf("198.19.1.%d", 1+i), 2, 600)
+		tr.UpsertService(s)
+		tr.UpsertEndpointSlice(sl)
+	}
+	addService(tr, "d", 3)
+	if _, err := p.Sync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tx := range k.txs {
+		var in []string
+		for _, n := range []string{"d", "big1", "big2"} {
+			if holds(tx, n) {
+				in = append(in, n)
+			}
+		}
+		got = append(got, strings.Join(in, "+"))
+	}
+	if want := "d, big1, big2"; strings.Join(got, ", ") != want {
+		t.Fatalf("transactions carried %q, want %q", strings.Join(got, ", "), want)
+	}
+	if got := programmed(t, k, "d", "big1", "big2"); !got["d"] || !got["big1"] || !got["big2"] {
+		t.Fatalf("after the sync: programmed %v, want all", got)
+	}
+	matchesModel(t, k, tr)
 }
 
 // slowKernel is a kernel whose Apply waits until released, so a test can look at the loop

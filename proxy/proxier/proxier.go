@@ -125,8 +125,8 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 
 // Sync commits the pending changes (all of the model on the first call). With full it also reads
 // the kernel back and repairs any drift, and tries again the Services the kernel refused.
-// A Service over the cost bound is rejected; an expensive change is committed after the others,
-// in a transaction of its own (one per sync; Deferred reports more waiting).
+// A Service over the cost bound is rejected; each expensive change is committed after the
+// others, in a transaction of its own. On success, everything taken has been committed.
 func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error) {
 	start := p.now()
 	p.trace.reset(start)
@@ -176,7 +176,7 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 		p.succeeded()
 		p.observeProgrammed(starts, since)
 		starts, since = nil, time.Time{}
-		if len(p.heavyQ) > 0 {
+		for err == nil && len(p.heavyQ) > 0 {
 			key, hres, herr := p.commitHeavy(ctx, limit)
 			p.trace.phase(fmt.Sprintf("own commit of %s (%d ops)", key, hres.Ops), p.now())
 			res, err = addResult(res, hres), herr

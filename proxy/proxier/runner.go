@@ -151,7 +151,7 @@ func (r *Runner) Run(ctx context.Context) {
 		if now.Sub(lastFull) >= r.cfg.FullSyncPeriod {
 			needFull, pending = true, true
 		}
-		if r.p.PendingCleanup() || r.p.Deferred() {
+		if r.p.PendingCleanup() {
 			pending = true
 		}
 		wait := pace.wait(now)
@@ -196,9 +196,6 @@ func (r *Runner) Run(ctx context.Context) {
 		next := min(r.nextWake(false, 0, lastSync, lastFull), drift.wake(lastSync, base, r.cfg.MaxBackoff))
 		if r.p.PendingCleanup() {
 			next = min(next, reconciler.StaleChainDelay)
-		}
-		if r.p.Deferred() { // an expensive change waits for its own transaction
-			next = min(next, max(pace.wait(lastSync), time.Millisecond))
 		}
 		resetTimer(timer, next)
 	}
