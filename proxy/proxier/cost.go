@@ -7,6 +7,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
+	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
 // What one Service may cost a sync (costs in reconciler.Fragment.Cost's unit: kernel objects,
@@ -52,7 +53,7 @@ func (p *Proxier) place(key model.ServiceKey, s *model.Service, canDefer bool) {
 		cost += p.frags[i].Cost()
 	}
 	p.trace.cost(key, cost)
-	if p.maxCost > 0 && cost > p.maxCost {
+	if OverCost(key, cost, p.maxCost) != nil {
 		p.overCost(key, s, cost)
 		return
 	}
@@ -86,15 +87,35 @@ func (p *Proxier) queueHeavy(key model.ServiceKey) {
 	}
 }
 
+// ServiceCost is what s costs in every builder's family, as the sync loop counts it (render
+// applies the same bound).
+func ServiceCost(builders []*ruleset.Builder, node *model.Node, s *model.Service) int {
+	n := 0
+	for _, b := range builders {
+		f := b.Service(node, s)
+		n += f.Cost()
+	}
+	return n
+}
+
+// OverCost is the rejection of Service key of the given cost under the bound limit (0: none),
+// nil when it fits.
+func OverCost(key model.ServiceKey, cost, limit int) *model.Rejection {
+	if limit <= 0 || cost <= limit {
+		return nil
+	}
+	return &model.Rejection{Reason: model.ReasonCostLimit, Message: fmt.Sprintf(
+		"service %s: its rules would cost the kernel %d objects (chains, rules and elements; a named set counts %d), over the limit of %d (--max-service-cost); it is not programmed, every other Service is; split the Service or raise --max-service-cost",
+		key, cost, reconciler.SetCost, limit)}
+}
+
 // overCost takes key's Service out of the ruleset and reports it with ReasonCostLimit.
 func (p *Proxier) overCost(key model.ServiceKey, s *model.Service, cost int) {
 	for _, b := range p.builders {
 		p.rec.Set(b.Table(), reconciler.Owner(key), reconciler.Fragment{})
 	}
 	p.stage(key, nil)
-	r := &model.Rejection{Reason: model.ReasonCostLimit, Message: fmt.Sprintf(
-		"service %s: its rules would cost the kernel %d objects (chains, rules and elements; a named set counts %d), over the limit of %d (--max-service-cost); it is not programmed, every other Service is; split the Service or raise --max-service-cost",
-		key, cost, reconciler.SetCost, p.maxCost)}
+	r := OverCost(key, cost, p.maxCost)
 	if rf, ok := p.src.(Refuser); ok {
 		rf.RefuseService(key, s, r)
 		return

@@ -34,6 +34,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"help", []string{"run", "-h"}, 0, "-min-sync-period"},
 		{"help names the cost bound", []string{"run", "-h"}, 0, "-max-service-cost"},
 		{"negative cost bound", []string{"run", "--manifests", ".", "--max-service-cost", "-1"}, 2, "--max-service-cost -1: must be 0 (no bound) or more"},
+		{"negative cost bound in render", []string{"render", "--manifests", ".", "--max-service-cost", "-1"}, 2, "--max-service-cost -1: must be 0"},
 		{"explain without a target", []string{"explain"}, 2, "name one Service (NAMESPACE/NAME) or one destination"},
 		{"explain of two targets", []string{"explain", "a/b", "c/d"}, 2, `got "a/b c/d"`},
 		{"explain of a bad target", []string{"explain", "web"}, 2, "neither NAMESPACE/NAME nor DST:PORT/PROTO"},

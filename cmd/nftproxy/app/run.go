@@ -52,9 +52,6 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
-	if o.MaxServiceCost < 0 {
-		return usageError{fmt.Errorf("--max-service-cost %d: must be 0 (no bound) or more", o.MaxServiceCost)}
-	}
 
 	reg := prometheus.NewRegistry()
 	if err := registerComponentMetrics(reg); err != nil {
