@@ -39,11 +39,7 @@ func (p *Proxier) SetMaxServiceCost(n int) { p.maxCost = n }
 // its turn comes. A Service that looks expensive from its model alone is queued before it is
 // built, so that building it does not delay the cheap changes' transaction either.
 func (p *Proxier) place(key model.ServiceKey, s *model.Service, canDefer bool) {
-	held := 0
-	for _, b := range p.builders {
-		held += p.rec.HeldCost(b.Table(), reconciler.Owner(key))
-	}
-	if canDefer && (held > p.isolate || endpointSlots(s) > p.isolate) {
+	if canDefer && (p.heldCost(key) > p.isolate || endpointSlots(s) > p.isolate) {
 		p.queueHeavy(key)
 		return
 	}
@@ -65,6 +61,16 @@ func (p *Proxier) place(key model.ServiceKey, s *model.Service, canDefer bool) {
 	for i, b := range p.builders {
 		p.rec.Set(b.Table(), reconciler.Owner(key), p.frags[i])
 	}
+}
+
+// heldCost is the cost of what the reconciler holds of key, every family: what removing or
+// replacing it may cost.
+func (p *Proxier) heldCost(key model.ServiceKey) int {
+	n := 0
+	for _, b := range p.builders {
+		n += p.rec.HeldCost(b.Table(), reconciler.Owner(key))
+	}
+	return n
 }
 
 // endpointSlots estimates a Service's cost from its model: a slot and a hairpin element per
