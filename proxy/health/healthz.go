@@ -7,9 +7,12 @@
 // ports follow the same verdict, so an unreachable control plane would otherwise take every
 // node out of every load balancer at once while the rules keep working.
 //
-//   - /healthz fails while a change waits too long to be programmed, syncs keep failing, none has
+//   - /healthz fails while a change waits too long to be programmed with the sync loop making no
+//     progress meanwhile (no transaction committed or started), syncs keep failing, none has
 //     succeeded yet, or the Node is being deleted or tainted ToBeDeletedByClusterAutoscaler
-//     (KEP-3836: load balancers drain the node before it goes).
+//     (KEP-3836: load balancers drain the node before it goes). A change that waits behind a
+//     long sync while the loop commits is not staleness: the data path is being programmed,
+//     and failing would take the node out of every load balancer for one Service's cost.
 //   - /livez answers whether the sync loop itself is alive (no change waiting, no failures, past
 //     the timeout), ignoring source readiness, the first sync and the Node.
 //   - Healthy (the health-check node ports) is /healthz without the Node, as kube-proxy's
@@ -32,6 +35,10 @@ type State struct {
 	FailingSince func() time.Time
 	// PendingSince is when the oldest change not yet taken by the sync loop arrived (zero: none).
 	PendingSince func() time.Time
+	// Progress, when set, is when the sync loop last made progress (a transaction committed or
+	// handed to the kernel; zero: never). A waiting change fails the probes only when the loop
+	// has made no progress for Timeout either.
+	Progress func() time.Time
 	// Ready is false until the sources have delivered their initial state.
 	Ready func() bool
 	// SourceFailingSince, when set, is when the source (the API server, the manifest directory)
@@ -85,8 +92,8 @@ func (s *State) healthy(p probe) (bool, string) {
 		return false, "no sync has succeeded yet"
 	case !s.FailingSince().IsZero() && now.Sub(s.FailingSince()) > s.Timeout:
 		return false, "syncs have been failing since " + s.FailingSince().UTC().Format(time.RFC3339)
-	case !s.PendingSince().IsZero() && now.Sub(s.PendingSince()) > s.Timeout:
-		return false, "a change has waited since " + s.PendingSince().UTC().Format(time.RFC3339)
+	case !s.PendingSince().IsZero() && now.Sub(s.PendingSince()) > s.Timeout && s.stalled(now):
+		return false, "a change has waited since " + s.PendingSince().UTC().Format(time.RFC3339) + " and the sync loop has made no progress since " + s.progress().UTC().Format(time.RFC3339)
 	}
 	if p == probeHealthz {
 		if why := s.draining(); why != "" {
@@ -94,6 +101,19 @@ func (s *State) healthy(p probe) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// stalled reports whether the sync loop has made no progress for Timeout.
+func (s *State) stalled(now time.Time) bool {
+	return now.Sub(s.progress()) > s.Timeout
+}
+
+// progress is Progress, or the last success when Progress is not set.
+func (s *State) progress() time.Time {
+	if s.Progress == nil {
+		return s.LastSuccess()
+	}
+	return s.Progress()
 }
 
 func (s *State) draining() string {

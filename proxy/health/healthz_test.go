@@ -79,3 +79,44 @@ func TestHealth(t *testing.T) {
 		})
 	}
 }
+
+// TestHealthFollowsProgress: a change that waits longer than the timeout fails the probes only
+// when the sync loop has made no progress (no transaction committed or started) for as long:
+// a change waiting behind a long sync that keeps committing is not staleness, and failing
+// would drain the node from every load balancer for one Service's cost. Failures keep their
+// own rule (kube-proxy's: stale when syncs stop succeeding).
+func TestHealthFollowsProgress(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return now.Add(d) } }
+	zero := func() time.Time { return time.Time{} }
+	cases := []struct {
+		name                       string
+		last, fail, pend, progress func() time.Time
+		want                       int
+	}{
+		{"change waiting behind a long sync that commits", at(-90 * time.Second), zero, at(-2 * time.Minute), at(-5 * time.Second), 200},
+		{"change waiting behind a commit the kernel started recently", at(-90 * time.Second), zero, at(-2 * time.Minute), at(-30 * time.Second), 200},
+		{"change waiting, the loop stalled", at(-90 * time.Second), zero, at(-2 * time.Minute), at(-90 * time.Second), 503},
+		{"one commit in the kernel for longer than the timeout", at(-3 * time.Minute), zero, at(-2 * time.Minute), at(-61 * time.Second), 503},
+		{"never made progress", zero, zero, at(-2 * time.Minute), zero, 503},
+		{"progress, but syncs failing too long", at(-5 * time.Minute), at(-2 * time.Minute), zero, at(-time.Second), 503},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &State{LastSuccess: c.last, FailingSince: c.fail, PendingSince: c.pend, Progress: c.progress,
+				Ready: func() bool { return true }, Timeout: time.Minute, Now: at(0)}
+			mux := http.NewServeMux()
+			s.Register(mux)
+			for _, path := range []string{"/healthz", "/livez"} {
+				rec := httptest.NewRecorder()
+				mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+				if rec.Code != c.want {
+					t.Errorf("%s = %d, want %d (body %s)", path, rec.Code, c.want, rec.Body)
+				}
+			}
+			if got := s.Healthy(); got != (c.want == 200) {
+				t.Errorf("Healthy() (health-check node ports) = %v, want %v", got, c.want == 200)
+			}
+		})
+	}
+}

@@ -77,6 +77,10 @@ const (
 	// Service is served without that port, so the model never returns it; it is counted and
 	// logged once per change, and render lists it.
 	ReasonNodePortNotAssigned = "NodePortNotAssigned"
+	// ReasonCostLimit: the Service's rules would cost the kernel more than --max-service-cost
+	// (chains, rules and elements, each named set counting reconciler.SetCost); it is not
+	// programmed, so it cannot stall the syncs of every other Service.
+	ReasonCostLimit = "CostLimit"
 )
 
 // AllReasons lists every reason, for metric initialisation and documentation tests.
@@ -93,6 +97,7 @@ func AllReasons() []string {
 		ReasonNodePortBlockOutOfRange,
 		ReasonNodePortNotAssigned,
 		ReasonSpecialAddress, ReasonClusterIPOutsideServiceCIDR,
+		ReasonCostLimit,
 	}
 }
 

@@ -4,12 +4,18 @@
 // syncs, a periodic full resync that repairs drift, retries with backoff. What must follow the
 // committed rules (conntrack cleanup, the health-check node ports) runs as after-commit hooks
 // (AddHook), which the proxier calls without knowing what they do.
+//
+// No Service may hold up the others (cost.go): each Service's fragments are costed as the
+// builder made them, a Service over the bound (SetMaxServiceCost) is rejected, and a change
+// that may be expensive is committed in a transaction of its own after the sync's other
+// changes. A sync over SlowSync is logged with its phases and costliest Services (slow.go).
 package proxier
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -89,6 +95,19 @@ type Proxier struct {
 	retrySince   time.Time // oldest change of a failed sync, for the latency of its retry
 	// retryStarts are the change starts of failed syncs, measured when a sync commits them.
 	retryStarts map[model.ServiceKey][]time.Time
+
+	maxCost int                   // the bound of one Service's cost (0: none); see cost.go
+	isolate int                   // isolateCost (a benchmark compares with one transaction)
+	frags   []reconciler.Fragment // place's fragments, one per builder
+	// heavyQ are the Services whose change waits for a transaction of its own, first come
+	// first; heavyIn holds the same keys, heavyStarts their change starts.
+	heavyQ      []model.ServiceKey
+	heavyIn     map[model.ServiceKey]bool
+	heavyStarts map[model.ServiceKey][]time.Time
+	trace       syncTrace
+	// progress is when the loop last made progress (a commit started or succeeded), in Unix
+	// nanoseconds; read by other goroutines (health) through Runner.Status.
+	progress atomic.Int64
 }
 
 // New returns a Proxier over kernel for the given families' builders.
@@ -100,13 +119,17 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 	}
 	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now,
 		changed: map[model.ServiceKey]*model.Service{}, rec: reconciler.New(kernel, log, now, tables...),
-		refused: map[model.ServiceKey]bool{}}
+		refused: map[model.ServiceKey]bool{}, maxCost: DefaultMaxServiceCost, isolate: isolateCost, frags: make([]reconciler.Fragment, len(builders)),
+		heavyIn: map[model.ServiceKey]bool{}, heavyStarts: map[model.ServiceKey][]time.Time{}}
 }
 
 // Sync commits the pending changes (all of the model on the first call). With full it also reads
 // the kernel back and repairs any drift, and tries again the Services the kernel refused.
+// A Service over the cost bound is rejected; each expensive change is committed after the
+// others, in a transaction of its own. On success, everything taken has been committed.
 func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error) {
 	start := p.now()
+	p.trace.reset(start)
 	retry := full && len(p.refused) > 0
 	limit := maxRefusals
 	if retry {
@@ -119,9 +142,11 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 	if p.obs != nil && len(ch.Services) > 0 {
 		p.obs.Changed(len(ch.Services))
 	}
+	starts := p.mergeStarts(ch.Started)
 	if !p.primed || ch.Node {
 		// The node's addresses and zone shape every Service (node ports, topology, source
 		// ranges): rebuild them all. Node changes are rare; Service changes stay O(change).
+		starts = p.forgetHeavy(starts)
 		p.setAll(p.src.Snapshot())
 		p.primed = true
 	} else {
@@ -136,38 +161,69 @@ func (p *Proxier) Sync(ctx context.Context, full bool) (reconciler.Result, error
 			s := p.src.Service(k)
 			p.tried[k] = s
 			delete(p.refused, k)
-			p.stage(k, s)
-			for _, b := range p.builders {
-				p.rec.Set(b.Table(), reconciler.Owner(k), b.ServiceScratch(p.node, s))
-			}
+			p.place(k, s, true)
 		}
+		p.deferStarts(starts)
 	}
-	res, err := p.commit(ctx, full, limit)
-	d := p.now().Sub(start)
-	if p.obs != nil {
-		p.obs.Synced(res.Full, d, res, err)
-	}
+	p.trace.phase("build", p.now())
 	since := ch.Since
 	if !p.retrySince.IsZero() && (since.IsZero() || p.retrySince.Before(since)) {
 		since = p.retrySince
 	}
-	starts := p.mergeStarts(ch.Started)
+	res, err := p.commit(ctx, full, limit)
+	p.trace.phase(fmt.Sprintf("commit (%d ops)", res.Ops), p.now())
+	if err == nil {
+		p.succeeded()
+		p.observeProgrammed(starts, since)
+		starts, since = nil, time.Time{}
+		for err == nil && len(p.heavyQ) > 0 {
+			key, hres, herr := p.commitHeavy(ctx, limit)
+			p.trace.phase(fmt.Sprintf("own commit of %s (%d ops)", key, hres.Ops), p.now())
+			res, err = addResult(res, hres), herr
+			if err == nil {
+				p.succeeded()
+				p.observeProgrammed(map[model.ServiceKey][]time.Time{key: p.heavyStarts[key]}, time.Time{})
+				delete(p.heavyStarts, key)
+			}
+		}
+	}
+	d := p.now().Sub(start)
+	if p.obs != nil {
+		p.obs.Synced(res.Full, d, res, err)
+	}
 	if err != nil {
 		p.retrySince, p.retryStarts = since, starts
 		if p.failingSince.IsZero() {
 			p.failingSince = start
 		}
+		p.logSlow(d, res.Full, res.Ops, len(ch.Services), err)
 		return res, fmt.Errorf("sync (%d changed services): %w", len(ch.Services), err)
 	}
-	p.lastSuccess = p.now()
 	p.failingSince, p.retrySince, p.retryStarts = time.Time{}, time.Time{}, nil
-	p.observeProgrammed(starts, since)
 	if res.Repairs > 0 {
 		p.log.Info("repaired nftables drift", "objects", res.Repairs)
 	}
 	p.afterCommit(ctx, res.Full)
+	d = p.now().Sub(start)
+	p.trace.phase("after-commit hooks", p.now())
+	p.logSlow(d, res.Full, res.Ops, len(ch.Services), nil)
 	p.log.V(2).Info("synced", "full", res.Full, "ops", res.Ops, "changedServices", len(ch.Services), "duration", d)
 	return res, nil
+}
+
+// succeeded records a committed transaction.
+func (p *Proxier) succeeded() {
+	p.lastSuccess = p.now()
+	p.progress.Store(p.lastSuccess.UnixNano())
+}
+
+// Progress is when the loop last made progress: a transaction was committed or handed to the
+// kernel (zero before the first). Safe for concurrent use.
+func (p *Proxier) Progress() time.Time {
+	if n := p.progress.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // mergeStarts adds the change starts of failed syncs to those of this one.
@@ -211,21 +267,20 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 			delete(p.refused, k) // tried again below
 		}
 	}
-	for _, s := range snap.Services {
-		p.stage(s.Key, s)
+	for _, b := range p.builders {
+		p.rec.Set(b.Table(), reconciler.Owner{}, b.Base(snap.Node))
+	}
+	// One transaction for all: a Service left out would be deleted from the kernel by this
+	// full commit (the reconciler would hold no fragment of it) and added again after it.
+	for _, s := range snap.Sorted() {
+		p.place(s.Key, s, false)
 	}
 	for _, b := range p.builders {
 		t := b.Table()
-		seen := map[reconciler.Owner]bool{{}: true} // the base layout
-		p.rec.Set(t, reconciler.Owner{}, b.Base(snap.Node))
-		for _, s := range snap.Sorted() {
-			seen[reconciler.Owner(s.Key)] = true
-			p.rec.Set(t, reconciler.Owner(s.Key), b.ServiceScratch(snap.Node, s))
-		}
 		for _, o := range p.rec.Owners(t) {
-			if !seen[o] {
+			if k := model.ServiceKey(o); !o.IsBase() && snap.Services[k] == nil {
 				p.rec.Set(t, o, reconciler.Fragment{})
-				p.stage(model.ServiceKey(o), nil)
+				p.stage(k, nil)
 			}
 		}
 	}
@@ -239,6 +294,7 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 // a read-back fails the sync, as does a failure of unknown extent.
 // Work beyond one Commit happens only after a refusal.
 func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.Result, error) {
+	p.progress.Store(p.now().UnixNano())
 	res, err := p.rec.Commit(ctx, full)
 	fresh := res.Full // the kernel was read back in this sync
 	repairs := 0

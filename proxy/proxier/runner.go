@@ -72,13 +72,18 @@ type Runner struct {
 type Status struct {
 	LastSuccess  time.Time
 	FailingSince time.Time
+	// Progress is when the loop last made progress: a transaction was committed, or handed to
+	// the kernel (so a sync the kernel takes long over is progress, from its start).
+	Progress time.Time
 }
 
 // Status returns the loop's current health.
 func (r *Runner) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.status
+	st := r.status
+	st.Progress = r.p.Progress() // live: it moves during a sync
+	return st
 }
 
 // NewRunner returns a Runner for p.

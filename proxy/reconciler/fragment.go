@@ -29,3 +29,20 @@ func ElementID(e *nft.Element) string {
 	var buf [96]byte
 	return string(nft.AppendID(buf[:0], e))
 }
+
+// SetCost is what one named set counts for in Cost. The kernel keeps a table's sets in a list
+// that every op naming a set walks, so a set costs far more than an element, and more the more
+// sets the table holds: at a thousand sets in the table one more set took about as much kernel
+// time as a hundred elements (bench/README.md, "What one Service costs").
+const SetCost = 100
+
+// Cost is what the fragment asks of the kernel to install, in elements' worth: one per chain,
+// rule and element, SetCost per named set. Elements dominate the cost of every Service the
+// layout shares maps for; the proxier bounds each Service by it.
+func (f *Fragment) Cost() int {
+	n := len(f.Chains) + len(f.Elements) + SetCost*len(f.Sets)
+	for i := range f.Chains {
+		n += len(f.Chains[i].Rules)
+	}
+	return n
+}

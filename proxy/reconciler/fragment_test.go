@@ -3,6 +3,9 @@ package reconciler_test
 import (
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
@@ -49,5 +52,32 @@ func TestElementID(t *testing.T) {
 	}
 	if id := reconciler.ElementID(slot("endpoints", a4, 30000, 9)); len(id) > 24 {
 		t.Errorf("a slot's ID takes %d bytes (%q), want at most 24", len(id), id)
+	}
+}
+
+// TestFragmentCost: a fragment costs one per chain, rule and element, and SetCost per named
+// set; the reconciler's HeldCost of an owner is the Cost of what it set, and 0 once removed.
+func TestFragmentCost(t *testing.T) {
+	a4 := nft.Addr(netip.MustParseAddr("198.18.0.1"))
+	tb := nft.Table{Family: nft.IPv4, Name: "t"}
+	f := reconciler.Fragment{
+		Chains: []reconciler.ChainDef{{Chain: nft.Chain{Name: "c"}, Rules: []nft.Rule{
+			{Chain: "c", Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictAccept}}},
+			{Chain: "c", Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictDrop}}}}}},
+		Sets:     []nft.Set{{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}},
+		Elements: []nft.Element{{Set: "s", Key: []nft.Value{a4}}},
+	}
+	if got, want := f.Cost(), 1+2+reconciler.SetCost+1; got != want {
+		t.Fatalf("Cost = %d, want %d", got, want)
+	}
+	r := reconciler.New(nft.NewFake(), logr.Discard(), time.Now, tb)
+	o := reconciler.Owner{Namespace: "ns", Name: "a"}
+	r.Set(tb, o, f)
+	if got := r.HeldCost(tb, o); got != f.Cost() {
+		t.Errorf("HeldCost = %d, want the fragment's Cost %d", got, f.Cost())
+	}
+	r.Set(tb, o, reconciler.Fragment{})
+	if got := r.HeldCost(tb, o); got != 0 {
+		t.Errorf("HeldCost after removal = %d, want 0", got)
 	}
 }

@@ -201,3 +201,20 @@ type ownerRecord struct {
 
 // declares reports whether the owner's fragment declares chain.
 func (o *ownerRecord) declares(chain string) bool { return slices.Contains(o.chains, chain) }
+
+// HeldCost is the Cost of the fragment owner last set in table t (0 if none): what removing
+// or replacing it may ask of the kernel. A chain another owner also declares counts whole.
+func (r *Reconciler) HeldCost(t nft.Table, owner Owner) int {
+	tb := r.table(t)
+	rec := tb.owners[owner]
+	if rec == nil {
+		return 0
+	}
+	n := len(rec.chains) + len(rec.elems) + SetCost*len(rec.sets)
+	for _, c := range rec.chains {
+		if dc, ok := tb.desired.chains[c]; ok {
+			n += len(dc.Rules)
+		}
+	}
+	return n
+}

@@ -119,6 +119,11 @@ func hostileInputs() []hostileInput {
 		probes: []hostileProbe{{addr: lab.ClusterIPv4(130).String() + ":80", outcome: lab.Replied, pod: "pod-1", port: 80}}})
 	out = append(out, hostileInput{file: "many-ports.yaml", content: manyPorts(run.bigService),
 		probes: []hostileProbe{{addr: lab.ClusterIPv4(131).String() + ":15000", outcome: lab.Replied, pod: "pod-2", port: 80}}})
+	// One valid Service whose rules would cost the kernel more than --max-service-cost allows
+	// (250 ports × 400 endpoints: ~200,000 objects against the default 100,000): rejected, so its
+	// commit cannot hold up every other Service's changes.
+	out = append(out, hostileInput{file: "too-costly.yaml", content: tooCostly(250, 400),
+		rejected: map[string]string{"too-costly": "CostLimit"}})
 	out = append(out, hostileInput{file: "dup-a.yaml",
 		content: hsvc("dup", "", ip(132)+", ports: [{name: http, port: 80}]") +
 			hslice("dup-1", "dup", "IPv4", "[{name: http, port: 80, protocol: TCP}]", "[{addresses: [198.18.128.11]}]") +
@@ -168,6 +173,27 @@ func manyPorts(n int) string {
 	}
 	return hsvc("many-ports", "", fmt.Sprintf("clusterIP: %s, ports: [%s]", lab.ClusterIPv4(131), sp.String())) +
 		hslice("many-ports-1", "many-ports", "IPv4", "["+ep.String()+"]", "[{addresses: [198.18.128.12]}]")
+}
+
+// tooCostly is one ClusterIP Service with ports TCP ports from 30000 on and eps endpoints.
+func tooCostly(ports, eps int) string {
+	var sp, pp, ep strings.Builder
+	for i := 0; i < ports; i++ {
+		if i > 0 {
+			sp.WriteString(", ")
+			pp.WriteString(", ")
+		}
+		fmt.Fprintf(&sp, "{name: p%d, port: %d}", i, 30000+i)
+		fmt.Fprintf(&pp, "{name: p%d, port: %d, protocol: TCP}", i, 30000+i)
+	}
+	for i := 0; i < eps; i++ {
+		if i > 0 {
+			ep.WriteString(", ")
+		}
+		fmt.Fprintf(&ep, "{addresses: [198.18.%d.%d]}", 130+i/250, 1+i%250)
+	}
+	return hsvc("too-costly", "", fmt.Sprintf("clusterIP: %s, ports: [%s]", lab.ClusterIPv4(137), sp.String())) +
+		hslice("too-costly-1", "too-costly", "IPv4", "["+pp.String()+"]", "["+ep.String()+"]")
 }
 
 // aliasBomb is a YAML document whose aliases expand to about a billion nodes.

@@ -91,6 +91,58 @@ endpoints: [{addresses: [169.254.169.254]}, {addresses: [198.18.128.11]}]
 	}
 }
 
+// render applies --max-service-cost as run's sync loop does: a Service over it is listed as
+// rejected with CostLimit, its cost and the limit, and has no rules; the one beside it has.
+func TestRenderAppliesTheCostBound(t *testing.T) {
+	dir := t.TempDir()
+	var eps []string
+	for i := 0; i < 30; i++ {
+		eps = append(eps, fmt.Sprintf("{addresses: [198.18.128.%d]}", 10+i))
+	}
+	content := `apiVersion: v1
+kind: Service
+metadata: {name: wide, namespace: default}
+spec: {clusterIP: 198.19.0.51, ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: wide-1, namespace: default, labels: {kubernetes.io/service-name: wide}}
+addressType: IPv4
+ports: [{name: http, port: 80}]
+endpoints: [` + strings.Join(eps, ", ") + `]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec: {clusterIP: 198.19.0.52, ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 80}]
+endpoints: [{addresses: [198.18.129.11]}]
+`
+	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run("render", "--manifests", dir, "--node-name", "node-a", "--max-service-cost", "40")
+	if code != 0 {
+		t.Fatalf("render exit %d: %s", code, errOut)
+	}
+	if want := "# rejected service default/wide (CostLimit): service default/wide: its rules would cost the kernel "; !strings.Contains(out, want) || !strings.Contains(out, "over the limit of 40 (--max-service-cost)") {
+		t.Errorf("render output lacks %q with the limit:\n%s", want, out)
+	}
+	rules := strings.Join(ruleLines(out), "\n")
+	if strings.Contains(rules, "198.19.0.51") || !strings.Contains(rules, "198.19.0.52") {
+		t.Errorf("ruleset programs wide: %v, web: %v; want web only", strings.Contains(rules, "198.19.0.51"), strings.Contains(rules, "198.19.0.52"))
+	}
+	// Without the bound, wide is rendered.
+	if _, out, _ := run("render", "--manifests", dir, "--node-name", "node-a", "--max-service-cost", "0"); !strings.Contains(strings.Join(ruleLines(out), "\n"), "198.19.0.51") {
+		t.Errorf("render with --max-service-cost 0 left wide out")
+	}
+}
+
 // ruleLines drops render's comment header.
 func ruleLines(out string) []string {
 	var rules []string

@@ -42,6 +42,8 @@ type Options struct {
 	MetricsAddress string
 	Profiling      bool
 	HealthzTimeout time.Duration
+	// MaxServiceCost bounds what one Service may cost the kernel (0: no bound).
+	MaxServiceCost int
 	Verbosity      int
 	StateDir       string
 	NodePortRange  string
@@ -185,6 +187,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.BlockRange, "range-node-port-range", policy.DefaultBlockRange, "node-port blocks of port-range Services (identity-mapped: the Service's own ports) must lie in this range: manifest mode assigns them from it, and in both modes a block outside it is rejected on this node (give the allocator the same value); empty disables blocks")
 	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
 	fs.StringVar(&o.ReservedPorts, "reserved-ports", model.DefaultReservedPorts, "ports and ranges of the node (comma-separated, every protocol) that no Service may capture or reject on a node address: not with a LoadBalancer or external IP that is a node address, a node port, a health-check node port or a node-port block; the ports of --healthz-bind-address and --metrics-bind-address are added. Default: SSH, etcd, the API server, the kubelet and the control-plane components")
+	fs.IntVar(&o.MaxServiceCost, "max-service-cost", proxier.DefaultMaxServiceCost, "most kernel objects one Service's rules may take (chains, rules and map elements; a named set counts 100; about 2 per endpoint and port): a costlier Service is rejected (reason CostLimit) so its commit cannot hold up every other Service's changes; 0: no bound")
 	if scope == renderFlags {
 		fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: the state directory of the run whose ruleset to print: its node-port assignments are read (never written), so the node ports printed are those run applies; empty: assigned afresh, the same on every render")
 		return
@@ -200,7 +203,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address, as kube-proxy's --profiling; off by default, since profiles show the process's internals to whoever reaches that address")
 	fs.BoolVar(&o.BindAddressHardFail, "bind-address-hard-fail", false, "exit when the healthz or metrics address cannot be bound; otherwise it is retried every 5s, logged and reported in nftproxy_listener_up while the rules are programmed as usual")
-	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long without being programmed, or syncs have failed this long (an unreachable API server never fails them)")
+	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long while the sync loop made no progress (committed or started no transaction), or syncs have failed this long (an unreachable API server never fails them)")
 }
 
 // families parses --ip-families.
@@ -242,6 +245,9 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	}
 	if masq == drop {
 		return nil, fmt.Errorf("--masquerade-bit and --drop-bit are both %d: choose two different bits", o.DropBit)
+	}
+	if o.MaxServiceCost < 0 { // bounds what is built for each Service (run and render)
+		return nil, fmt.Errorf("--max-service-cost %d: must be 0 (no bound) or more", o.MaxServiceCost)
 	}
 	var out []*ruleset.Builder
 	for _, f := range fams {

@@ -9,6 +9,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/manifest/pipeline"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/proxier"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
@@ -46,11 +47,18 @@ func renderModel(o *Options, builders []*ruleset.Builder, guard model.GuardConfi
 	if m.res, err = newPipeline(o, log, a, tracker, nil).Load(); err != nil {
 		return nil, err
 	}
-	sort.Slice(m.rejected, func(i, j int) bool { return m.rejected[i].key.String() < m.rejected[j].key.String() })
 	snap := tracker.Snapshot()
 	m.node = snap.Node
+	services := snap.Sorted()
+	for i, s := range services { // the bound run's sync loop applies
+		if r := proxier.OverCost(s.Key, proxier.ServiceCost(builders, snap.Node, s), o.MaxServiceCost); r != nil {
+			services[i] = &model.Service{Key: s.Key, Rejected: r}
+			m.rejected = append(m.rejected, renderedRejection{s.Key, r})
+		}
+	}
+	sort.Slice(m.rejected, func(i, j int) bool { return m.rejected[i].key.String() < m.rejected[j].key.String() })
 	for _, b := range builders {
-		m.tables = append(m.tables, b.Ruleset(snap.Node, snap.Sorted()))
+		m.tables = append(m.tables, b.Ruleset(snap.Node, services))
 	}
 	return &m, nil
 }

@@ -133,6 +133,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		ms.status = status
 	}
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	p.SetMaxServiceCost(o.MaxServiceCost)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	rc := o.runConfig()
 	rc.Ready = src.Ready
@@ -141,6 +142,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
 		FailingSince: func() time.Time { return runner.Status().FailingSince },
 		PendingSince: tracker.PendingSince,
+		Progress:     func() time.Time { return runner.Status().Progress },
 		Ready:        src.Ready,
 		Timeout:      o.HealthzTimeout,
 		// Reported (body, nftproxy_source_up, log), never a 503: the rules keep serving, and
@@ -224,6 +226,7 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 	}
 	defer cleaner.Close()
 	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
+	p.SetMaxServiceCost(o.MaxServiceCost)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	res, err := p.Sync(ctx, true)
 	if err != nil {
