@@ -1,8 +1,9 @@
 // Package kubeproxy knows what upstream kube-proxy leaves in the kernel and plans its removal
 // over netlink, for the migration from kube-proxy to nftproxy (`nftproxy cleanup --kube-proxy`):
 // its nftables-mode tables, and in iptables mode (iptables-nft, which writes nftables tables)
-// its KUBE-* chains and the rules of other chains that jump to them. Nothing else is touched:
-// not the iptables tables themselves, not their base chains, not kubelet's own KUBE-* chains.
+// the chains it creates (by exact name: IsKubeProxyChain) and the rules of other chains that
+// jump to them. Nothing else is touched: not the iptables tables themselves, not their base
+// chains, not kubelet's own KUBE-* chains, not another component's KUBE-* chains.
 //
 // Rules kube-proxy wrote through iptables-legacy live in x_tables, not nftables, and are out of
 // reach of netlink's nftables API; see deploy/MIGRATION.md.
@@ -26,13 +27,61 @@ var IPTablesTables = []string{"filter", "nat", "mangle"}
 
 // KubeletChains are KUBE-* chains kubelet creates and keeps (kube-proxy writes a copy of
 // KUBE-FIREWALL, the guard against martian packets to 127.0.0.0/8, and never deletes it
-// either): removing them would take kubelet's protection away, so they stay.
+// either): removing them would take kubelet's protection away, so they stay. None of them is
+// in FixedChains; the list says so to whoever reads the names.
 var KubeletChains = []string{"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"}
 
-// IsKubeProxyChain reports whether an iptables chain name is kube-proxy's: KUBE-* and not one of
-// KubeletChains.
+// FixedChains are the chains kube-proxy's iptables and IPVS modes create under fixed names
+// (k/k pkg/proxy/iptables and pkg/proxy/ipvs, proxier.go, v1.34), and those older releases
+// created (KUBE-MARK-DROP). Other components write KUBE-* chains into the same iptables-nft
+// tables (kube-router's network policies: KUBE-ROUTER-INPUT, KUBE-NWPLCY-…, KUBE-POD-FW-…;
+// kubelet's KubeletChains), so kube-proxy's are known by exact name, never by prefix.
+var FixedChains = []string{
+	// iptables mode
+	"KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-NODEPORTS", "KUBE-POSTROUTING",
+	"KUBE-MARK-MASQ", "KUBE-FORWARD", "KUBE-PROXY-FIREWALL", "KUBE-PROXY-CANARY",
+	// older releases (kubelet and kube-proxy both wrote it until kubelet stopped)
+	"KUBE-MARK-DROP",
+	// IPVS mode
+	"KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-SOURCE-RANGES-FIREWALL",
+	"KUBE-IPVS-FILTER", "KUBE-IPVS-OUT-FILTER",
+}
+
+// ServiceChainPrefixes start the names of the chains kube-proxy's iptables mode generates per
+// Service port (SVC, SVL, EXT, FW) and per endpoint (SEP); KUBE-XLB- is SVL's name before
+// v1.24. Each is followed by exactly ServiceChainHashLen characters of base32 (the first
+// characters of base32(sha256(...)), k/k portProtoHash and servicePortEndpointChainName).
+var ServiceChainPrefixes = []string{"KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-"}
+
+// ServiceChainHashLen is the length of the hash in a generated chain's name.
+const ServiceChainHashLen = 16
+
+// IsKubeProxyChain reports whether an iptables chain name is one kube-proxy creates: one of
+// FixedChains, or one of ServiceChainPrefixes followed by exactly a 16-character base32 hash.
 func IsKubeProxyChain(name string) bool {
-	return strings.HasPrefix(name, "KUBE-") && !slices.Contains(KubeletChains, name)
+	if slices.Contains(FixedChains, name) {
+		return true
+	}
+	for _, p := range ServiceChainPrefixes {
+		if h, ok := strings.CutPrefix(name, p); ok {
+			return isBase32Hash(h)
+		}
+	}
+	return false
+}
+
+// isBase32Hash reports whether h is ServiceChainHashLen characters of the standard base32
+// alphabet (A-Z, 2-7; no padding can occur that early in the encoding of a sha256 sum).
+func isBase32Hash(h string) bool {
+	if len(h) != ServiceChainHashLen {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
 }
 
 // Kernel is what planning reads: the tables of a family and a table's contents.
@@ -49,9 +98,9 @@ type Plan struct {
 	Tx *nft.Transaction
 	// Tables are the nftables-mode tables deleted.
 	Tables []nft.Table
-	// Chains counts the KUBE-* chains deleted, per iptables table ("ip nat").
+	// Chains counts kube-proxy's chains deleted, per iptables table ("ip nat").
 	Chains map[string]int
-	// JumpRules counts the rules of other chains deleted because they lead to a KUBE-* chain.
+	// JumpRules counts the rules of other chains deleted because they lead to a kube-proxy chain.
 	JumpRules int
 }
 

@@ -26,7 +26,7 @@ Usage:
   nftproxy render  --manifests DIR --node-name NAME [flags]   print the nft ruleset that run would apply; touches nothing
   nftproxy explain NAMESPACE/NAME | [--from SRC] DST:PORT/PROTO   what this node's kernel does with a Service or a packet, and why
   nftproxy cleanup [--table NAME]                             delete nftproxy's tables (ip and ip6) and nothing else
-  nftproxy cleanup --kube-proxy                               delete kube-proxy's nftables tables and iptables-nft KUBE-* chains, nothing else
+  nftproxy cleanup --kube-proxy                               delete kube-proxy's nftables tables and the iptables-nft chains it creates, nothing else
   nftproxy init    [--conntrack-* flags]                      set the conntrack sysctls (kube-proxy's --init-only; needs a privileged container)
   nftproxy allocator --kubeconfig FILE [flags]                assign node-port blocks to port-range Services (cluster controller, leader-elected)
   nftproxy version                                            print the version
@@ -118,7 +118,7 @@ func cleanupCmd(args []string, stderr io.Writer) error {
 	var o Options
 	var kubeProxy bool
 	if err := parseFlags("cleanup", &o, cleanupFlags, args, stderr, func(fs *flag.FlagSet) {
-		fs.BoolVar(&kubeProxy, "kube-proxy", false, "instead of nftproxy's tables, delete kube-proxy's: its nftables tables (ip and ip6 kube-proxy) and, in the iptables-nft tables filter, nat and mangle, its KUBE-* chains and the rules jumping to them (kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT stay)")
+		fs.BoolVar(&kubeProxy, "kube-proxy", false, "instead of nftproxy's tables, delete kube-proxy's: its nftables tables (ip and ip6 kube-proxy) and, in the iptables-nft tables filter, nat and mangle, the chains kube-proxy creates, known by exact name (KUBE-SERVICES, KUBE-NODEPORTS, ...; KUBE-SVC-, KUBE-SEP-, ... followed by its 16-character hash), and the rules jumping to them; other KUBE-* chains stay (kubelet's KUBE-FIREWALL, kube-router's KUBE-ROUTER-*, KUBE-NWPLCY-*, ...)")
 	}); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func cleanupKubeProxy(ctx context.Context, log logr.Logger, k *nft.Kernel) error
 		return err
 	}
 	if p.Empty() {
-		log.Info("nothing to clean up: no kube-proxy tables or KUBE-* chains")
+		log.Info("nothing to clean up: no kube-proxy tables or chains")
 		return nil
 	}
 	if _, err := k.Apply(ctx, p.Tx); err != nil {
