@@ -122,6 +122,11 @@ func cleanupCmd(args []string, stderr io.Writer) error {
 	}); err != nil {
 		return err
 	}
+	if !kubeProxy {
+		if err := checkTableName(o.Table); err != nil {
+			return usageError{err}
+		}
+	}
 	log := newLogger(o.Verbosity, stderr)
 	k, err := nft.NewKernel()
 	if err != nil {
@@ -131,6 +136,9 @@ func cleanupCmd(args []string, stderr io.Writer) error {
 	ctx := context.Background()
 	if kubeProxy {
 		return cleanupKubeProxy(ctx, log, k)
+	}
+	if err := checkTableOwned(ctx, k, o.Table); err != nil {
+		return usageError{err}
 	}
 	tx := nft.NewTransaction(nft.Table{})
 	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {

@@ -14,11 +14,17 @@ func TestCleanupDeletesExactlyOurTables(t *testing.T) {
 	ns := netns.New(t, "nftp-clean")
 	setup := `
 table ip nftproxy {
+	map service-allports {
+		type ipv4_addr . inet_proto : verdict
+	}
 	chain c {
 		type nat hook prerouting priority -100;
 	}
 }
 table ip6 nftproxy {
+	map service-allports {
+		type ipv6_addr . inet_proto : verdict
+	}
 	set s {
 		type ipv6_addr
 	}

@@ -232,6 +232,9 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTableName(o.Table); err != nil {
+		return nil, err
+	}
 	masq, err := ruleset.BitMask(o.MasqueradeBit)
 	if err != nil {
 		return nil, fmt.Errorf("--masquerade-bit: %w", err)

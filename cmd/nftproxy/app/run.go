@@ -96,6 +96,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
 	}
 	defer kernel.Close()
+	if err := checkTableOwned(ctx, kernel, o.Table); err != nil {
+		return usageError{err}
+	}
 	ctm, err := metrics.NewConntrack(reg)
 	if err != nil {
 		return fmt.Errorf("register metrics: %w", err)
@@ -220,6 +223,9 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
 	}
 	defer kernel.Close()
+	if err := checkTableOwned(ctx, kernel, o.Table); err != nil {
+		return usageError{err}
+	}
 	cleaner, err := conntrack.New(log.WithName("conntrack"))
 	if err != nil {
 		return err
