@@ -49,6 +49,11 @@ func renderModel(o *Options, builders []*ruleset.Builder, guard model.GuardConfi
 	}
 	snap := tracker.Snapshot()
 	m.node = snap.Node
+	if m.node != nil {
+		if err := checkServiceCIDRs(o.ServiceCIDRs, m.node.Addresses, "in the Node manifest "+o.NodeName); err != nil {
+			return nil, usageError{err}
+		}
+	}
 	services := snap.Sorted()
 	for i, s := range services { // the bound run's sync loop applies
 		if r := proxier.OverCost(s.Key, proxier.ServiceCost(builders, snap.Node, s), o.MaxServiceCost); r != nil {

@@ -80,6 +80,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkServiceCIDRs(o.ServiceCIDRs, localAddrs, "held by the kernel in nftproxy's network namespace"); err != nil {
+		return usageError{err}
+	}
 	tracker.SetLocalAddresses(localAddrs)
 	if err := pm.WatchPending(tracker.Pending); err != nil {
 		return fmt.Errorf("register metrics: %w", err)

@@ -1,0 +1,76 @@
+package app
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/nftproxy/nftproxy/test/netns"
+)
+
+func TestCheckServiceCIDRs(t *testing.T) {
+	addrs := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("fd00::1")}
+	for _, c := range []struct {
+		cidrs string
+		want  string // "" accepted, else in the error
+	}{
+		{"198.19.0.0/16", ""},
+		{"198.19.0.0/16,fd00:19::/108", ""},
+		{"", ""},
+		{"198.18.0.0/15", "--service-cidr 198.18.0.0/15 contains 198.18.0.1"},
+		{"198.19.0.0/16,fd00::/64", "--service-cidr fd00::/64 contains fd00::1"},
+		{"127.0.0.0/8", "--service-cidr 127.0.0.0/8 contains 127.0.0.1"},
+	} {
+		var p prefixList
+		if err := p.Set(c.cidrs); err != nil {
+			t.Fatal(err)
+		}
+		err := checkServiceCIDRs(p, addrs, "test")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v; want accepted", c.cidrs, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v; want an error containing %q", c.cidrs, err, c.want)
+		}
+	}
+}
+
+// run refuses a --service-cidr holding an address of the node's kernel, before the kernel is
+// written: the drop of unallocated Service addresses would black-hole it (SSH, pods), and the
+// lockout would outlive the daemon. A CIDR beside the node's addresses is programmed.
+func TestRunRefusesServiceCIDROverNodeAddress(t *testing.T) {
+	ns := netns.New(t, "nftp-svccidr")
+	for _, cmd := range [][]string{
+		{"ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"},
+		{"ip", "addr", "add", "198.18.0.1/24", "dev", "eth0"},
+	} {
+		if _, err := ns.Run(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := exampleDir(t)
+	base := []string{"run", "--once", "--manifests", dir, "--node-name", "node-a"}
+	code, out := mainIn(t, ns, append(base, "--service-cidr", "198.18.0.0/15")...)
+	if code != 2 || !strings.Contains(out, "--service-cidr 198.18.0.0/15 contains 198.18.0.1, an address of this node") {
+		t.Errorf("run --service-cidr 198.18.0.0/15: exit %d, output %q; want exit 2 naming the flag, the CIDR and 198.18.0.1", code, short(out))
+	}
+	if rs := listRuleset(t, ns); rs != "" {
+		t.Errorf("the refused run wrote the kernel:\n%s", short(rs))
+	}
+	if code, out := mainIn(t, ns, append(base, "--service-cidr", "198.19.0.0/16")...); code != 0 {
+		t.Errorf("run --service-cidr 198.19.0.0/16: exit %d: %s", code, short(out))
+	}
+}
+
+// render and explain --manifests refuse it too, from the Node manifest's addresses.
+func TestRenderRefusesServiceCIDROverNodeManifest(t *testing.T) {
+	dir := exampleDir(t)
+	code, out, errOut := run("render", "--manifests", dir, "--node-name", "node-a", "--service-cidr", "198.18.0.0/24")
+	if code != 2 || !strings.Contains(errOut, "--service-cidr 198.18.0.0/24 contains 198.18.0.1") || strings.Contains(out, "table ip") {
+		t.Errorf("render: exit %d, stderr %q; want exit 2 naming the CIDR and the Node's address, no ruleset", code, short(errOut))
+	}
+	code, _, errOut = run("explain", "--manifests", dir, "--node-name", "node-a", "--service-cidr", "198.18.0.0/24", "default/web")
+	if code == 0 || !strings.Contains(errOut, "--service-cidr 198.18.0.0/24 contains 198.18.0.1") {
+		t.Errorf("explain --manifests: exit %d, stderr %q; want a refusal naming the CIDR", code, short(errOut))
+	}
+}
