@@ -160,7 +160,7 @@ type flagScope int
 
 const (
 	cleanupFlags flagScope = iota // --table and -v: which tables to delete, and the log
-	renderFlags                   // the ruleset's inputs and settings as well
+	renderFlags                   // everything that changes the ruleset as well (run's ruleset is render's)
 	runFlags                      // the daemon's (sources, syncs, servers) as well
 )
 
@@ -188,6 +188,10 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.Int64Var(&o.MaxManifestBytes, "manifest-max-file-size", manifest.DefaultMaxFileBytes, "manifest mode: largest manifest file read, in bytes; a larger file is refused (logged) and its objects keep their last good state (the default fits 10,000 Services with their EndpointSlices in one file)")
 	fs.StringVar(&o.ReservedPorts, "reserved-ports", model.DefaultReservedPorts, "ports and ranges of the node (comma-separated, every protocol) that no Service may capture or reject on a node address: not with a LoadBalancer or external IP that is a node address, a node port, a health-check node port or a node-port block; the ports of --healthz-bind-address and --metrics-bind-address are added. Default: SSH, etcd, the API server, the kubelet and the control-plane components")
 	fs.IntVar(&o.MaxServiceCost, "max-service-cost", proxier.DefaultMaxServiceCost, "most kernel objects one Service's rules may take (chains, rules and map elements; a named set counts 100; about 2 per endpoint and port): a costlier Service is rejected (reason CostLimit) so its commit cannot hold up every other Service's changes; 0: no bound")
+	// The servers' addresses change the ruleset too: their ports join --reserved-ports (guard),
+	// so render and explain --manifests take them to print what run programs.
+	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez (run serves them; empty disables them); its port is reserved like --reserved-ports, so render takes it too")
+	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections, the Services not programmed, which nftproxy explain reads (run serves them; empty disables them); its port is reserved like --reserved-ports, so render takes it too")
 	if scope == renderFlags {
 		fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: the state directory of the run whose ruleset to print: its node-port assignments are read (never written), so the node ports printed are those run applies; empty: assigned afresh, the same on every render")
 		return
@@ -199,8 +203,6 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.Var(&o.MinSyncPeriod, "min-sync-period", "auto (the default): the wait between syncs adapts to what they cost (a change after a quiet spell is synced at once, bursts are coalesced, syncs take at most 20% of a core) and never exceeds 1s; a duration: kube-proxy's meaning, exactly that least time between two syncs (0: every change at once)")
 	fs.DurationVar(&o.FullSyncPeriod, "full-sync-period", time.Hour, "how often to read the kernel back and repair drift (someone flushing or editing our tables)")
 	fs.BoolVar(&o.DriftEvents, "drift-events", true, "watch nftables events and repair another process's changes to our tables (nft flush ruleset, a deleted element) at once, not only at the next --full-sync-period; changes to other tables are ignored")
-	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez; empty disables them")
-	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections (the Services not programmed, which nftproxy explain reads); empty disables them")
 	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address, as kube-proxy's --profiling; off by default, since profiles show the process's internals to whoever reaches that address")
 	fs.BoolVar(&o.BindAddressHardFail, "bind-address-hard-fail", false, "exit when the healthz or metrics address cannot be bound; otherwise it is retried every 5s, logged and reported in nftproxy_listener_up while the rules are programmed as usual")
 	fs.DurationVar(&o.HealthzTimeout, "healthz-timeout", time.Minute, "/healthz and the health-check node ports fail when a change has waited this long while the sync loop made no progress (committed or started no transaction), or syncs have failed this long (an unreachable API server never fails them)")
