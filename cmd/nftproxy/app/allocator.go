@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,9 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -203,7 +200,7 @@ func allocatorCmd(args []string, stderr io.Writer) error {
 		return err
 	}
 	defer stopServers()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, _, stop := handleSignals(log, "allocator")
 	defer stop()
 	log.Info("Starting", "version", Version, "identity", id, "blockRange", blocks.String(), "server", cfg.Host,
 		"lease", o.LeaseNamespace+"/"+o.LeaseName)

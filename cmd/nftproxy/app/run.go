@@ -7,11 +7,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
@@ -36,7 +34,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(o.Verbosity, stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, signals, stop := handleSignals(log, "run")
 	defer stop()
 	defer boundShutdown(ctx, stderr)()
 	o.logConfig(log)
@@ -144,6 +142,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	rc := o.runConfig()
 	rc.Ready = src.Ready
 	runner := proxier.NewRunner(p, rc)
+	signals.OnHangup(runner.SuspectDrift)
 	hs := &health.State{
 		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
 		FailingSince: func() time.Time { return runner.Status().FailingSince },
