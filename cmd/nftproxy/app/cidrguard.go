@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"net/netip"
+	"sync"
 )
 
 // checkServiceCIDRs refuses a --service-cidr that contains one of the node's own addresses.
@@ -24,4 +25,31 @@ func checkServiceCIDRs(cidrs prefixList, addrs []netip.Addr, whose string) error
 		}
 	}
 	return nil
+}
+
+// nodeAddressesOrigin names where the tracker's node addresses come from, for the message.
+const nodeAddressesOrigin = "its Node object's or one the kernel holds"
+
+// readyAfterCIDRCheck holds the daemon's first sync back until the sources are ready, and then
+// checks --service-cidr once against the node's addresses as the model knows them (the Node
+// object's, which only the source delivers, and the kernel's): on an overlap it calls refuse and
+// never reports ready, so nothing is programmed.
+func readyAfterCIDRCheck(ready func() bool, cidrs prefixList, addrs func() []netip.Addr, refuse func(error)) func() bool {
+	var mu sync.Mutex
+	var checked, refused bool
+	return func() bool {
+		if !ready() {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !checked {
+			checked = true
+			if err := checkServiceCIDRs(cidrs, addrs(), nodeAddressesOrigin); err != nil {
+				refused = true
+				refuse(err)
+			}
+		}
+		return !refused
+	}
 }

@@ -1,11 +1,15 @@
 package app
 
 import (
+	"errors"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 func TestCheckServiceCIDRs(t *testing.T) {
@@ -72,5 +76,45 @@ func TestRenderRefusesServiceCIDROverNodeManifest(t *testing.T) {
 	code, _, errOut = run("explain", "--manifests", dir, "--node-name", "node-a", "--service-cidr", "198.18.0.0/24", "default/web")
 	if code == 0 || !strings.Contains(errOut, "--service-cidr 198.18.0.0/24 contains 198.18.0.1") {
 		t.Errorf("explain --manifests: exit %d, stderr %q; want a refusal naming the CIDR", code, short(errOut))
+	}
+}
+
+// An address only the Node object lists (a cloud's ExternalIP, 1:1 NAT) counts too: run --once
+// and the daemon refuse before their first sync, once the source has delivered the Node.
+func TestRunRefusesServiceCIDROverNodeObjectAddress(t *testing.T) {
+	ns := netns.New(t, "nftp-svccidr-node") // holds no address: 198.18.0.1 is only the Node manifest's
+	dir := exampleDir(t)
+	args := []string{"--manifests", dir, "--node-name", "node-a", "--service-cidr", "198.18.0.0/24",
+		"--healthz-bind-address", "", "--metrics-bind-address", ""}
+	code, out := mainIn(t, ns, append([]string{"run", "--once"}, args...)...)
+	if code != 2 || !strings.Contains(out, "--service-cidr 198.18.0.0/24 contains 198.18.0.1, an address of this node (its Node object's") {
+		t.Errorf("run --once: exit %d, output %q; want exit 2 naming the flag, the CIDR and the Node's address", code, short(out))
+	}
+
+	bin, err := tier.BuildDaemon(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := ns.Command(append([]string{bin, "run"}, args...)...)
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(log.String(), "nothing programmed: --service-cidr 198.18.0.0/24 contains 198.18.0.1") {
+			t.Errorf("daemon: %v, log %q; want exit 2 naming the flag, the CIDR and the Node's address", err, short(log.String()))
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("the daemon kept running with a service CIDR over the Node's address: %s", short(log.String()))
+	}
+	if rs := listRuleset(t, ns); rs != "" {
+		t.Errorf("the refused daemon wrote the kernel:\n%s", short(rs))
 	}
 }

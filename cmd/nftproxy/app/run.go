@@ -140,7 +140,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	p.SetMaxServiceCost(o.MaxServiceCost)
 	p.AddHook("conntrack", conntrack.NewHook(cleaner))
 	rc := o.runConfig()
-	rc.Ready = src.Ready
+	refused := make(chan error, 1)
+	rc.Ready = readyAfterCIDRCheck(src.Ready, o.ServiceCIDRs, tracker.NodeAddresses, func(err error) {
+		refused <- err
+		stop()
+	})
 	runner := proxier.NewRunner(p, rc)
 	signals.OnHangup(runner.SuspectDrift)
 	hs := &health.State{
@@ -206,6 +210,11 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	<-done
+	select {
+	case err := <-refused:
+		return usageError{fmt.Errorf("nothing programmed: %w", err)}
+	default:
+	}
 	log.Info("nftproxy stopped; the rules stay in the kernel (nftproxy cleanup removes them)")
 	return nil
 }
@@ -219,6 +228,9 @@ func runOnce(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tr
 	}
 	if err := loadOnce(o, log, tracker, am, pm); err != nil {
 		return err
+	}
+	if err := checkServiceCIDRs(o.ServiceCIDRs, tracker.NodeAddresses(), nodeAddressesOrigin); err != nil {
+		return usageError{fmt.Errorf("nothing applied, the kernel is unchanged: %w", err)}
 	}
 	kernel, err := nft.NewKernel()
 	if err != nil {
