@@ -41,6 +41,10 @@ func TestCommandLineErrors(t *testing.T) {
 		{"explain of a bad protocol", []string{"explain", "198.19.0.10:80/icmp"}, 2, "not tcp, udp or sctp"},
 		{"explain from another family", []string{"explain", "--from", "fd00::1", "198.19.0.10:80/tcp"}, 2, "different families"},
 		{"explain help", []string{"explain", "-h"}, 0, "-rejections-url"},
+		// The servers' ports are reserved: every command that builds the ruleset takes them.
+		{"render takes the healthz address", []string{"render", "-h"}, 0, "-healthz-bind-address"},
+		{"render takes the metrics address", []string{"render", "-h"}, 0, "-metrics-bind-address"},
+		{"explain takes the healthz address", []string{"explain", "-h"}, 0, "-healthz-bind-address"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, out, errOut := run(c.args...)

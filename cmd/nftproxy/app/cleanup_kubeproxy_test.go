@@ -158,8 +158,9 @@ func TestCleanupKubeProxyRemovesExactlyItsRules(t *testing.T) {
 }
 
 // kubeRouterBeside is an iptables-restore script (for iptables-nft) with kube-proxy's chains
-// beside kube-router's network-policy chains (k3s embeds kube-router), kubelet's KUBE-FIREWALL
-// and chains whose names start like kube-proxy's generated ones without their exact shape.
+// beside kube-router's network-policy chains (k3s embeds kube-router), Calico's cali-* chains,
+// kubelet's KUBE-FIREWALL and chains whose names start like kube-proxy's generated ones without
+// their exact shape.
 const kubeRouterBeside = `*filter
 :KUBE-ROUTER-INPUT - [0:0]
 :KUBE-ROUTER-FORWARD - [0:0]
@@ -172,6 +173,9 @@ const kubeRouterBeside = `*filter
 :KUBE-SERVICES - [0:0]
 :KUBE-PROXY-FIREWALL - [0:0]
 :KUBE-FW-CUSTOM - [0:0]
+:cali-INPUT - [0:0]
+:cali-FORWARD - [0:0]
+:cali-fw-cali12345abcdef - [0:0]
 -A INPUT -m comment --comment "kube-router netpol - 4IA2OSFRMVNDXBVV" -j KUBE-ROUTER-INPUT
 -A INPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS
 -A INPUT -j KUBE-FIREWALL
@@ -192,6 +196,11 @@ const kubeRouterBeside = `*filter
 -A KUBE-NODEPORTS -p tcp --dport 30080 -j ACCEPT
 -A KUBE-PROXY-FIREWALL -d 198.18.3.1/32 -p tcp --dport 80 -j DROP
 -A KUBE-FW-CUSTOM -p tcp --dport 2222 -j DROP
+-A INPUT -m comment --comment "cali:Cz_u1IQiXIMmKD4c" -j cali-INPUT
+-A FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD
+-A cali-FORWARD -o cali12345abcdef -m comment --comment "cali:to-wl" -j cali-fw-cali12345abcdef
+-A cali-fw-cali12345abcdef -m conntrack --ctstate INVALID -j DROP
+-A cali-INPUT -p udp --dport 4789 -m comment --comment "cali:vxlan" -j ACCEPT
 COMMIT
 *nat
 :KUBE-SERVICES - [0:0]
@@ -201,6 +210,7 @@ COMMIT
 :KUBE-SEP-IT2ZTR26TO4XFPTO - [0:0]
 :KUBE-SVC-CUSTOM - [0:0]
 :KUBE-ROUTER-SNAT - [0:0]
+:cali-nat-outgoing - [0:0]
 -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A OUTPUT -p tcp --dport 2222 -j KUBE-SVC-CUSTOM
@@ -214,6 +224,8 @@ COMMIT
 -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
 -A KUBE-SVC-CUSTOM -p tcp -j DNAT --to-destination 198.18.0.3:22
 -A KUBE-ROUTER-SNAT -s 198.18.1.0/24 -j MASQUERADE
+-A POSTROUTING -m comment --comment "cali:O3lYWMrLQYEMJtB5" -j cali-nat-outgoing
+-A cali-nat-outgoing -s 198.18.1.0/24 ! -d 198.18.0.0/15 -j MASQUERADE
 COMMIT
 `
 
