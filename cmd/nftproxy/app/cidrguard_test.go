@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/test/netns"
-	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 func TestCheckServiceCIDRs(t *testing.T) {
@@ -91,10 +90,7 @@ func TestRunRefusesServiceCIDROverNodeObjectAddress(t *testing.T) {
 		t.Errorf("run --once: exit %d, output %q; want exit 2 naming the flag, the CIDR and the Node's address", code, short(out))
 	}
 
-	bin, err := tier.BuildDaemon(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := daemonBinary(t)
 	cmd := ns.Command(append([]string{bin, "run"}, args...)...)
 	var log lockedBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log

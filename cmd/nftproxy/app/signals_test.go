@@ -14,6 +14,37 @@ import (
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
+// builtDaemon is the nftproxy binary, built once for the tests that send it signals or watch it
+// exit; its directory is removed by TestMain.
+var builtDaemon struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtDaemon.dir != "" {
+		os.RemoveAll(builtDaemon.dir)
+	}
+	os.Exit(code)
+}
+
+// daemonBinary builds the binary on first use.
+func daemonBinary(t *testing.T) string {
+	t.Helper()
+	b := &builtDaemon
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "nftproxy-app-"); b.err == nil {
+			b.bin, b.err = tier.BuildDaemon(b.dir)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
+}
+
 // lockedBuffer is a daemon's stderr, read while it runs.
 type lockedBuffer struct {
 	mu sync.Mutex
@@ -39,10 +70,7 @@ func (l *lockedBuffer) String() string {
 func TestDaemonSignals(t *testing.T) {
 	netns.Skip(t)
 	ns := netns.New(t, "nftp-signals")
-	bin, err := tier.BuildDaemon(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := daemonBinary(t)
 	cmd := ns.Command(bin, "run", "--manifests", exampleDir(t), "--node-name", "node-a",
 		"--healthz-bind-address", "", "--metrics-bind-address", "", "--drift-events=false", "--full-sync-period", "24h")
 	var log lockedBuffer
@@ -133,10 +161,7 @@ func TestDaemonSignals(t *testing.T) {
 func TestDaemonSurvivesClosedLog(t *testing.T) {
 	netns.Skip(t)
 	ns := netns.New(t, "nftp-sigpipe")
-	bin, err := tier.BuildDaemon(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := daemonBinary(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
