@@ -1,14 +1,17 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 func TestCheckServiceCIDRs(t *testing.T) {
@@ -113,4 +116,54 @@ func TestRunRefusesServiceCIDROverNodeObjectAddress(t *testing.T) {
 	if rs := listRuleset(t, ns); rs != "" {
 		t.Errorf("the refused daemon wrote the kernel:\n%s", short(rs))
 	}
+}
+
+// An address the kernel gains inside --service-cidr after the start can no longer be refused;
+// the daemon says so as an error instead of dropping its traffic silently.
+func TestDaemonLogsAddressGainedInServiceCIDR(t *testing.T) {
+	ns := netns.New(t, "nftp-svccidr-gain")
+	cmd := ns.Command(daemonBinary(t), "run", "--manifests", exampleDir(t), "--node-name", "node-a", "--service-cidr", "198.19.0.0/16",
+		"--healthz-bind-address", "", "--metrics-bind-address", "")
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	ctx := context.Background()
+	const limit, every = 60 * time.Second, 50 * time.Millisecond
+	alive := func() {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the daemon exited: %v: %s", err, short(log.String()))
+		default:
+		}
+	}
+	tier.Until(t, ctx, limit, every, "first sync", func() (bool, string) {
+		alive()
+		out, err := ns.Run("nft", "list", "chain", "ip", "nftproxy", "services")
+		return err == nil && strings.Contains(out, "vmap @service-ips"), out
+	})
+	if strings.Contains(log.String(), "inside --service-cidr") {
+		t.Fatalf("logged before any address was added: %s", log.String())
+	}
+	if _, err := ns.Run("ip", "addr", "add", "198.19.5.5/32", "dev", "lo"); err != nil {
+		t.Fatal(err)
+	}
+	tier.Until(t, ctx, limit, every, "the error about the gained address", func() (bool, string) {
+		alive()
+		l := log.String()
+		return strings.Contains(l, "the node holds an address inside --service-cidr") && strings.Contains(l, "--service-cidr 198.19.0.0/16 contains 198.19.5.5"), l
+	})
 }

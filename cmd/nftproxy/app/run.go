@@ -186,7 +186,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	watchErr := make(chan error, 1)
 	notify := queuing(pm, tracker, runner.Notify)
 	go func() { watchErr <- src.Run(ctx, tracker, notify) }()
-	go watchNodeAddresses(ctx, log, tracker, notify)
+	go watchNodeAddresses(ctx, log, tracker, o.ServiceCIDRs, notify)
 	if err := watchLocalPorts(ctx, &o, log, tracker, reg); err != nil {
 		return err
 	}
@@ -305,10 +305,15 @@ func boundShutdown(ctx context.Context, stderr io.Writer) func() {
 
 // watchNodeAddresses feeds the node's local addresses to the tracker's node-address guard as they
 // change. If they cannot be followed any more, the last ones stay in force.
-func watchNodeAddresses(ctx context.Context, log logr.Logger, tracker *model.Tracker, notify func()) {
+// An address gained inside --service-cidr (refused at start) cannot be refused any more: it is
+// logged as an error at each change while it stays, since traffic to it is dropped.
+func watchNodeAddresses(ctx context.Context, log logr.Logger, tracker *model.Tracker, serviceCIDRs prefixList, notify func()) {
 	log = log.WithName("nodeaddr")
 	err := nodeaddr.Watch(ctx, log, nodeaddr.Options{}, func(addrs []netip.Addr) {
 		log.V(2).Info("node addresses", "local", addrs)
+		if err := checkServiceCIDRs(serviceCIDRs, addrs, "gained by the kernel since the start"); err != nil {
+			log.Error(err, "the node holds an address inside --service-cidr: traffic to it is dropped while it stays; remove the address, or correct --service-cidr and restart")
+		}
 		tracker.SetLocalAddresses(addrs)
 		notify()
 	})
