@@ -50,6 +50,9 @@ type Pipeline struct {
 	fed    bool
 	// nodeMissing: the last load had no Node object for this node.
 	nodeMissing bool
+	// fileErrs are the file errors of the last load (their messages), badFiles their files.
+	fileErrs map[string]bool
+	badFiles []string
 	// reported holds the node-port problems already reported, by Service and port, with their
 	// message: a problem is reported when it appears or changes, and its end is logged.
 	reported map[problemKey]string
@@ -93,16 +96,7 @@ func (p *Pipeline) Apply(objs manifest.Objects, ferrs []manifest.FileError) Resu
 	if manifest.DirectoryError(ferrs) != nil {
 		return Result{Objects: objs, FileErrors: ferrs}
 	}
-	for _, e := range ferrs {
-		switch {
-		case e.Duplicate:
-			log.Error(e, "Manifest object defined twice; the rest of the file is served")
-		case e.LastGood:
-			log.Error(e, "Manifest file cannot be used; its objects stay as last loaded, the objects of other files are served")
-		default:
-			log.Error(e, "Manifest file cannot be used and has no last good state: its objects are not served until it is fixed")
-		}
-	}
+	p.reportFiles(ferrs)
 	for _, e := range objs.Invalid {
 		log.Error(e, "manifest object or endpoint left out; the rest of the file is served", "object", e.Ref.String())
 	}
@@ -114,6 +108,39 @@ func (p *Pipeline) Apply(objs manifest.Objects, ferrs []manifest.FileError) Resu
 	p.feeder.Feed(objs, ferrs)
 	p.checkNode(objs)
 	return Result{Objects: objs, FileErrors: ferrs, Problems: probs}
+}
+
+// reportFiles logs each file error when it appears or changes, and the files that load again:
+// the Watcher retries an unreadable file every second, and a line per retry would bury the rest.
+func (p *Pipeline) reportFiles(ferrs []manifest.FileError) {
+	now := make(map[string]bool, len(ferrs))
+	files := map[string]bool{}
+	for _, e := range ferrs {
+		msg := e.Error()
+		now[msg] = true
+		files[e.File] = true
+		if p.fileErrs[msg] {
+			continue
+		}
+		switch {
+		case e.Duplicate:
+			p.cfg.Log.Error(e, "manifest skipped in part: an object is defined twice; the rest of the file is served")
+		case e.LastGood:
+			p.cfg.Log.Error(e, "manifest skipped: the file cannot be used; its objects stay as last loaded, the objects of other files are served")
+		default:
+			p.cfg.Log.Error(e, "manifest skipped: the file cannot be used and has no last good state, so its objects are not served until it is fixed")
+		}
+	}
+	for _, f := range p.badFiles {
+		if !files[f] {
+			p.cfg.Log.Info("Manifest file loads again", "file", f)
+		}
+	}
+	p.fileErrs, p.badFiles = now, p.badFiles[:0]
+	for f := range files {
+		p.badFiles = append(p.badFiles, f)
+	}
+	sort.Strings(p.badFiles)
 }
 
 // checkNode reports a load without this node's Node object: at the first load, node ports are

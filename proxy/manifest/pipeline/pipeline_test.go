@@ -204,3 +204,33 @@ func TestNodeRemovedIsKept(t *testing.T) {
 		t.Errorf("OnNodeMissing calls %v; want %v", f.missing, want)
 	}
 }
+
+// A file that cannot be used is logged when it breaks (and when its error changes), not at every
+// reload: the Watcher retries an unreadable file every second.
+func TestFileErrorsLoggedOncePerChange(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, "a.yaml", older)
+	f.write(t, "b.yaml", "kind: [")
+	for i := 0; i < 3; i++ {
+		if _, err := f.pl.Load(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.take("manifest skipped"); len(got) != 1 || !strings.Contains(got[0], "b.yaml") {
+		t.Errorf("three loads of a broken b.yaml logged %q; want one line naming it", got)
+	}
+	f.write(t, "b.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {bogus: 1}\n")
+	if _, err := f.pl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take("manifest skipped"); len(got) != 1 {
+		t.Errorf("a new error in b.yaml logged %q; want one line", got)
+	}
+	f.write(t, "b.yaml", strings.Replace(younger, "%d", "30081", 1))
+	if _, err := f.pl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take("loads again"); len(got) != 1 || !strings.Contains(got[0], "b.yaml") {
+		t.Errorf("b.yaml fixed: logged %q; want one line saying it loads again", got)
+	}
+}
