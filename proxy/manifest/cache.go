@@ -46,6 +46,24 @@ type fileCache struct {
 	hold map[string]bool
 	// pruned is set once a full load has removed the last good copies of absent files.
 	pruned bool
+	// copies are the changes to the last good copies of the load in progress, written (or
+	// handed to copier) at its end.
+	copies []copyJob
+	// copier, if set, writes the copies of the loads after the first (the Watcher's).
+	copier *copier
+}
+
+// queued returns the copy of name the copier has not written yet, if any.
+func (c *fileCache) queued(name string) (copyJob, bool) {
+	for i := len(c.copies) - 1; i >= 0; i-- {
+		if c.copies[i].name == name {
+			return c.copies[i], true
+		}
+	}
+	if c.copier != nil {
+		return c.copier.queued(name)
+	}
+	return copyJob{}, false
 }
 
 type cachedFile struct {

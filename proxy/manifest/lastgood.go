@@ -1,11 +1,17 @@
 package manifest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 )
 
 // lastGood keeps a copy of each manifest file as it was when it last loaded without error, so
@@ -13,80 +19,111 @@ import (
 // typo saved just before a reboot, a permission gone wrong) still brings the Services it
 // served before instead of none: a restart must not turn a bad file into deleted Services.
 //
-// A copy is the very bytes that were decoded (teed while the file was read), written to a
-// temporary file that is synced and then renamed over the copy, so a crash leaves the old copy
-// or the new one, never a torn one. A copy is removed when its file is seen to be gone.
-// Copies live in their own directory (Loader.LastGoodDir), one per manifest file, by name.
+// A copy is the very bytes that were decoded (kept while the file was read). Copies are
+// written in batches: each to a temporary file, then all made durable at once (one syncfs)
+// and renamed over the old copies, so a crash leaves the old copy or the new one, never a torn
+// one. A copy is removed when its file is seen to be gone. Copies live in their own directory
+// (Loader.LastGoodDir), one per manifest file, by name.
+//
+// Creating a file costs about a millisecond on a virtual disk, so the Watcher writes copies
+// from a goroutine of its own (copier), off the path from a change to its rules: 500 files
+// changed in one reload took half a second more when the copies were written in the reload.
 type lastGood struct{ dir string }
 
 // lastGoodTemp is the prefix of copies being written; they are never read as copies.
 const lastGoodTemp = ".tmp-"
 
+// copyJob is one change to the copies: name's new copy (data, with the file's modification
+// time), or its removal.
+type copyJob struct {
+	name   string
+	data   []byte
+	mtime  time.Time
+	remove bool
+}
+
 func (g lastGood) enabled() bool { return g.dir != "" }
 
 func (g lastGood) path(name string) string { return filepath.Join(g.dir, name) }
 
-// begin returns the temporary file to write name's new copy into while name is read, or nil
-// when no copy is kept or the copy is already of this version of the file (same size and
-// modification time, which commit sets from the file): a restart does not rewrite every copy.
-func (g lastGood) begin(name string, st os.FileInfo) (*os.File, error) {
-	if !g.enabled() {
-		return nil, nil
+// current: name's copy is already of this version of the file (same size and modification
+// time, which write sets from the file), so a restart does not copy every file again.
+func (g lastGood) current(name string, st os.FileInfo) bool {
+	if !g.enabled() || st == nil {
+		return false
 	}
-	if cst, err := os.Stat(g.path(name)); err == nil && st != nil && cst.Size() == st.Size() && cst.ModTime().Equal(st.ModTime()) {
-		return nil, nil
-	}
-	if err := os.MkdirAll(g.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("keep the last good copy of %s: %w", name, err)
-	}
-	f, err := os.CreateTemp(g.dir, lastGoodTemp+name+"-*")
-	if err != nil {
-		return nil, fmt.Errorf("keep the last good copy of %s: %w", name, err)
-	}
-	return f, nil
+	cst, err := os.Stat(g.path(name))
+	return err == nil && cst.Size() == st.Size() && cst.ModTime().Equal(st.ModTime())
 }
 
-// commit makes tmp, which holds exactly the bytes of name that decoded, name's copy.
-func (g lastGood) commit(tmp *os.File, name string, st os.FileInfo) error {
-	err := tmp.Sync()
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && st != nil {
-		err = os.Chtimes(tmp.Name(), st.ModTime(), st.ModTime())
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), g.path(name))
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("keep the last good copy of %s in %s: %w", name, g.dir, err)
-	}
-	if d, err := os.Open(g.dir); err == nil { // the rename itself survives a crash
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
-}
-
-// abort drops a copy being written (the file did not decode, or no copy is wanted).
-func (g lastGood) abort(tmp *os.File) {
-	if tmp != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-	}
-}
-
-// remove drops name's copy: the file is gone, so a file of that name written later starts
-// without a last good state.
-func (g lastGood) remove(name string) error {
-	if !g.enabled() {
+// write applies jobs (at most one per name): new copies to temporary files, one syncfs, then
+// the renames and removals, and a sync of the directory. A job that fails is reported and
+// leaves that file's copy as it was.
+func (g lastGood) write(jobs []copyJob) error {
+	if len(jobs) == 0 {
 		return nil
 	}
-	if err := os.Remove(g.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove the last good copy of %s: %w", name, err)
+	if err := os.MkdirAll(g.dir, 0o700); err != nil {
+		return fmt.Errorf("keep the last good copies in %s: %w", g.dir, err)
 	}
-	return nil
+	var errs []error
+	type written struct {
+		tmp string
+		job copyJob
+	}
+	var done []written
+	for _, j := range jobs {
+		if j.remove {
+			continue
+		}
+		f, err := os.CreateTemp(g.dir, lastGoodTemp+j.name+"-*")
+		if err == nil {
+			_, err = f.Write(j.data)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				_ = os.Remove(f.Name())
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("keep the last good copy of %s in %s: %w", j.name, g.dir, err))
+			continue
+		}
+		done = append(done, written{f.Name(), j})
+	}
+	d, err := os.Open(g.dir)
+	if err == nil {
+		defer d.Close()
+		if len(done) > 0 {
+			err = unix.Syncfs(int(d.Fd()))
+		}
+	}
+	if err != nil {
+		for _, w := range done {
+			_ = os.Remove(w.tmp)
+		}
+		return errors.Join(append(errs, fmt.Errorf("keep the last good copies in %s: sync: %w", g.dir, err))...)
+	}
+	for _, w := range done {
+		err := os.Chtimes(w.tmp, w.job.mtime, w.job.mtime)
+		if err == nil {
+			err = os.Rename(w.tmp, g.path(w.job.name))
+		}
+		if err != nil {
+			_ = os.Remove(w.tmp)
+			errs = append(errs, fmt.Errorf("keep the last good copy of %s in %s: %w", w.job.name, g.dir, err))
+		}
+	}
+	for _, j := range jobs {
+		if j.remove {
+			if err := os.Remove(g.path(j.name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove the last good copy of %s: %w", j.name, err))
+			}
+		}
+	}
+	_ = d.Sync() // the renames and removals themselves survive a crash
+	return errors.Join(errs...)
 }
 
 // prune removes the copies (and temporary files left by a crash) of files that are not in
@@ -111,4 +148,85 @@ func (g lastGood) prune(present map[string]bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// copier writes the copies of the loads handed to it from its own goroutine, the latest job
+// of each file only. Safe for concurrent use.
+type copier struct {
+	g    lastGood
+	log  logr.Logger
+	mu   sync.Mutex
+	jobs map[string]copyJob // not yet written, by file
+	wake chan struct{}
+}
+
+func newCopier(g lastGood, log logr.Logger) *copier {
+	return &copier{g: g, log: log, jobs: map[string]copyJob{}, wake: make(chan struct{}, 1)}
+}
+
+// add queues jobs, each replacing an older job of its file.
+func (c *copier) add(jobs []copyJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, j := range jobs {
+		c.jobs[j.name] = j
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queued returns the job for name not yet written, if any: what its copy is about to be.
+func (c *copier) queued(name string) (copyJob, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.jobs[name]
+	return j, ok
+}
+
+// flush writes the queued jobs. A job stays queued while it is written, so queued still
+// answers for it; a newer job of the same file queued meanwhile is kept for the next flush.
+func (c *copier) flush() {
+	c.mu.Lock()
+	jobs := make([]copyJob, 0, len(c.jobs))
+	for _, j := range c.jobs {
+		jobs = append(jobs, j)
+	}
+	c.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	if err := c.g.write(jobs); err != nil {
+		c.log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed")
+	}
+	c.mu.Lock()
+	for _, j := range jobs {
+		if cur, ok := c.jobs[j.name]; ok && sameJob(cur, j) {
+			delete(c.jobs, j.name)
+		}
+	}
+	c.mu.Unlock()
+}
+
+func sameJob(a, b copyJob) bool {
+	return a.remove == b.remove && a.mtime.Equal(b.mtime) && len(a.data) == len(b.data) &&
+		(len(a.data) == 0 || &a.data[0] == &b.data[0])
+}
+
+// run writes the jobs as they come until ctx ends, then writes those left (a daemon stopped
+// right after a change keeps its copy).
+func (c *copier) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			c.flush()
+			return
+		case <-c.wake:
+			c.flush()
+		}
+	}
 }

@@ -312,3 +312,34 @@ func TestWatchConfigMapUpdate(t *testing.T) {
 }
 
 func (r *watchRecorder) failureLog2() string { return strings.Join(r.failureLog(), ",") }
+
+// The Watcher keeps the copies as the files change (written beside the reloads, and those
+// still queued when it stops), so the next start has the last good version of each file: a
+// file changed, then broken while the daemon is down, comes back as changed; a file deleted
+// meanwhile has no copy left.
+func TestWatcherKeepsCopiesForTheNextStart(t *testing.T) {
+	dir, copies := t.TempDir(), filepath.Join(t.TempDir(), "last-good")
+	writeFiles(t, dir, map[string]string{"a.yaml": svcYAML("a"), "b.yaml": svcYAML("b"), "c.yaml": svcYAML("c")})
+	r := startWatcherWith(t, dir, func(w *Watcher) { w.Loader.LastGoodDir = copies })
+	r.nextLoad(t, "start")
+	renameFile(t, dir, "b.yaml", svcYAML("b2"))
+	if err := os.Remove(filepath.Join(dir, "c.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	r.waitLoad(t, "b.yaml changed, c.yaml removed", []string{"a.yaml: Service default/a", "b.yaml: Service default/b2"})
+	r.cancel()
+	err := <-r.done
+	r.done <- err // for the cleanup
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	renameFile(t, dir, "b.yaml", typoYAML)
+	objs, errs := (Loader{LastGoodDir: copies}).Load(dir)
+	if want := []string{"a.yaml: Service default/a", "b.yaml: Service default/b2"}; !reflect.DeepEqual(refs(objs), want) {
+		t.Errorf("next start with b.yaml broken: %v (errors %v); want %v", refs(objs), errs, want)
+	}
+	if _, err := os.Stat(filepath.Join(copies, "c.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("copy of the removed c.yaml: %v; want none", err)
+	}
+}

@@ -37,6 +37,7 @@ package manifest
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -302,12 +303,31 @@ func (l Loader) load(dir string, cache *fileCache) (Objects, []FileError) {
 		}
 	}
 	if !cache.pruned {
+		// The first load writes its copies itself, then removes those of absent files and
+		// what a crash left: no copier is writing meanwhile.
 		cache.pruned = true
+		l.writeCopies(cache, false)
 		if err := l.copies().prune(seen); err != nil {
 			l.Log.Error(err, "Last good copies of removed manifest files not removed")
 		}
+	} else {
+		l.writeCopies(cache, true)
 	}
 	return cache.assemble()
+}
+
+// writeCopies hands the copies of the load to the cache's copier (async, if it has one), or
+// writes them.
+func (l Loader) writeCopies(cache *fileCache, async bool) {
+	jobs := cache.copies
+	cache.copies = nil
+	if async && cache.copier != nil {
+		cache.copier.add(jobs)
+		return
+	}
+	if err := l.copies().write(jobs); err != nil {
+		l.Log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed")
+	}
 }
 
 // unreadable says what a failed stat, open or read means for the file's objects.
@@ -318,8 +338,8 @@ func unreadable(err error) error {
 // forget drops a file seen to be gone, and its last good copy.
 func (l Loader) forget(cache *fileCache, name string) {
 	cache.forget(name)
-	if err := l.copies().remove(name); err != nil {
-		l.Log.Error(err, "Last good copy of a removed manifest file not removed; remove it by hand", "file", name)
+	if l.copies().enabled() {
+		cache.copies = append(cache.copies, copyJob{name: name, remove: true})
 	}
 }
 
@@ -351,56 +371,30 @@ func (l Loader) loadChanged(dir string, cache *fileCache, changed map[string]boo
 		}
 		l.decode(dec, cache, path, name, st, start)
 	}
+	l.writeCopies(cache, true)
 	return cache.assemble()
 }
 
-// decode reads one file into cache, keeping a copy of what decoded in LastGoodDir.
+// decode reads one file into cache, keeping what decoded as its last good copy (LastGoodDir).
 func (l Loader) decode(dec *decoder, cache *fileCache, path, name string, st os.FileInfo, start time.Time) {
-	limit := l.limit()
 	cache.decoded++
-	tmp, err := l.copies().begin(name, st)
-	if err != nil {
-		l.Log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed", "file", name)
+	var copy *bytes.Buffer
+	if l.copies().enabled() && !l.copies().current(name, st) {
+		copy = bytes.NewBuffer(make([]byte, 0, st.Size()+1))
 	}
 	var tee io.Writer
-	copying := &errWriter{w: tmp}
-	if tmp != nil {
-		tee = copying
+	if copy != nil {
+		tee = copy
 	}
-	objs, ferr := l.loadFile(dec, path, name, st, limit, tee)
+	objs, ferr := l.loadFile(dec, path, name, st, l.limit(), tee)
 	if ferr != nil {
-		l.copies().abort(tmp)
 		l.failed(cache, name, st, ferr, start)
 		return
 	}
-	if tmp != nil {
-		err := copying.err
-		if err != nil {
-			l.copies().abort(tmp) // never a torn copy
-			err = fmt.Errorf("keep the last good copy of %s: %w", name, err)
-		} else {
-			err = l.copies().commit(tmp, name, st)
-		}
-		if err != nil {
-			l.Log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed", "file", name)
-		}
+	if copy != nil {
+		cache.copies = append(cache.copies, copyJob{name: name, data: copy.Bytes(), mtime: st.ModTime()})
 	}
 	cache.record(name, st, objs, nil, start)
-}
-
-// errWriter writes to w and keeps the first error.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, err
 }
 
 func (l Loader) limit() int64 {
@@ -424,7 +418,7 @@ func (l Loader) failed(cache *fileCache, name string, st os.FileInfo, ferr *File
 		cache.record(name, st, Objects{}, ferr, start)
 		return
 	}
-	objs, cerr := l.loadCopy(name)
+	objs, cerr := l.loadCopy(cache, name)
 	switch {
 	case errors.Is(cerr, fs.ErrNotExist):
 	case cerr != nil:
@@ -439,14 +433,23 @@ func (l Loader) failed(cache *fileCache, name string, st os.FileInfo, ferr *File
 	cache.record(name, st, objs, ferr, start)
 }
 
-// loadCopy decodes name's copy in LastGoodDir.
-func (l Loader) loadCopy(name string) (Objects, error) {
-	path := l.copies().path(name)
-	st, err := os.Stat(path)
-	if err != nil {
-		return Objects{}, err
+// loadCopy decodes name's copy in LastGoodDir, or the copy the copier is about to write.
+func (l Loader) loadCopy(cache *fileCache, name string) (Objects, error) {
+	from, path, st := l, l.copies().path(name), os.FileInfo(nil)
+	if j, ok := cache.queued(name); ok {
+		if j.remove {
+			return Objects{}, fs.ErrNotExist
+		}
+		from.open = func(string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(j.data)), nil }
+	} else {
+		var err error
+		if st, err = os.Stat(path); err != nil {
+			return Objects{}, err
+		}
+		from.open = nil
 	}
-	objs, ferr := Loader{}.loadFile(newDecoder(), path, name, st, l.limit(), nil)
+	from.stat = nil
+	objs, ferr := from.loadFile(newDecoder(), path, name, st, l.limit(), nil)
 	if ferr != nil {
 		return Objects{}, ferr
 	}

@@ -110,7 +110,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(PollInterval)
 	poll.Stop()
 	defer poll.Stop()
-	cache := newFileCache()    // what the last load got from each file
+	cache := newFileCache() // what the last load got from each file
+	if g := (lastGood{dir: w.Loader.LastGoodDir}); g.enabled() {
+		cache.copier = newCopier(g, w.Loader.Log)
+		cctx, stop := context.WithCancel(context.Background())
+		copied := make(chan struct{})
+		go func() { cache.copier.run(cctx); close(copied) }()
+		defer func() { stop(); <-copied }() // the copies of the last loads are written
+	}
 	var lastCost time.Duration // what the last reload took, load and OnLoad
 	// changed holds the files named by events since the last reload; full is set when a
 	// reload must list the directory again (see fileCache): at the start, after the directory
