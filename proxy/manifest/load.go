@@ -33,6 +33,14 @@
 // A directory that is present and empty means "no Services". A directory that is missing or
 // cannot be read is not empty: the load fails as a whole (a FileError with Directory set) and
 // callers keep what they had.
+//
+// No bad read deletes anything. A file that cannot be used (a stat, open or read error, a
+// document that does not decode, too large) keeps the objects of its last good load: those of
+// the loads before, or, at the first load of a Loader with LastGoodDir (a restart), those of the
+// copy kept there as the file last decoded (lastgood.go). Only a confirmed absence (not in a
+// listing that succeeded, or a stat saying "not found") drops a file. The Watcher retries
+// unreadable files every PollInterval, waits for files written in place to settle before it
+// reads them (SettleInterval), and reports a source with bad files as failing.
 package manifest
 
 import (
