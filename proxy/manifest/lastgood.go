@@ -33,13 +33,38 @@ type lastGood struct{ dir string }
 // lastGoodTemp is the prefix of copies being written; they are never read as copies.
 const lastGoodTemp = ".tmp-"
 
-// copyJob is one change to the copies: name's new copy (data, with the file's modification
-// time), or its removal.
+// copyJob is one change to the copies: name's new copy (data, or already written to the
+// temporary file tmp; with the file's modification time), or its removal.
 type copyJob struct {
 	name   string
 	data   []byte
+	tmp    string
 	mtime  time.Time
 	remove bool
+}
+
+// maxMemoryCopy is the largest file whose copy is kept in memory until it is written; a larger
+// one is written to its temporary file while it is read, so a large file does not hold its
+// size in memory, and a small one does not cost a file creation in the reload.
+const maxMemoryCopy = 1 << 20
+
+// create returns a new temporary file for name's copy.
+func (g lastGood) create(name string) (*os.File, error) {
+	if err := os.MkdirAll(g.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("keep the last good copy of %s: %w", name, err)
+	}
+	f, err := os.CreateTemp(g.dir, lastGoodTemp+name+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("keep the last good copy of %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// drop removes the temporary file of a job that will not be written.
+func (j copyJob) drop() {
+	if j.tmp != "" {
+		_ = os.Remove(j.tmp)
+	}
 }
 
 func (g lastGood) enabled() bool { return g.dir != "" }
@@ -74,6 +99,10 @@ func (g lastGood) write(jobs []copyJob) error {
 	var done []written
 	for _, j := range jobs {
 		if j.remove {
+			continue
+		}
+		if j.tmp != "" {
+			done = append(done, written{j.tmp, j})
 			continue
 		}
 		f, err := os.CreateTemp(g.dir, lastGoodTemp+j.name+"-*")
@@ -153,11 +182,12 @@ func (g lastGood) prune(present map[string]bool) error {
 // copier writes the copies of the loads handed to it from its own goroutine, the latest job
 // of each file only. Safe for concurrent use.
 type copier struct {
-	g    lastGood
-	log  logr.Logger
-	mu   sync.Mutex
-	jobs map[string]copyJob // not yet written, by file
-	wake chan struct{}
+	g       lastGood
+	log     logr.Logger
+	mu      sync.Mutex
+	jobs    map[string]copyJob // not yet written, by file
+	writing map[string]copyJob // being written by flush
+	wake    chan struct{}
 }
 
 func newCopier(g lastGood, log logr.Logger) *copier {
@@ -171,6 +201,9 @@ func (c *copier) add(jobs []copyJob) {
 	}
 	c.mu.Lock()
 	for _, j := range jobs {
+		if old, ok := c.jobs[j.name]; ok {
+			old.drop() // superseded before it was written
+		}
 		c.jobs[j.name] = j
 	}
 	c.mu.Unlock()
@@ -184,37 +217,31 @@ func (c *copier) add(jobs []copyJob) {
 func (c *copier) queued(name string) (copyJob, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	j, ok := c.jobs[name]
+	if j, ok := c.jobs[name]; ok {
+		return j, true
+	}
+	j, ok := c.writing[name]
 	return j, ok
 }
 
-// flush writes the queued jobs. A job stays queued while it is written, so queued still
-// answers for it; a newer job of the same file queued meanwhile is kept for the next flush.
+// flush writes the queued jobs. While they are written they are still answered by queued,
+// and jobs queued meanwhile wait for the next flush.
 func (c *copier) flush() {
 	c.mu.Lock()
-	jobs := make([]copyJob, 0, len(c.jobs))
-	for _, j := range c.jobs {
+	c.writing, c.jobs = c.jobs, map[string]copyJob{}
+	jobs := make([]copyJob, 0, len(c.writing))
+	for _, j := range c.writing {
 		jobs = append(jobs, j)
 	}
 	c.mu.Unlock()
-	if len(jobs) == 0 {
-		return
-	}
-	if err := c.g.write(jobs); err != nil {
-		c.log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed")
-	}
-	c.mu.Lock()
-	for _, j := range jobs {
-		if cur, ok := c.jobs[j.name]; ok && sameJob(cur, j) {
-			delete(c.jobs, j.name)
+	if len(jobs) > 0 {
+		if err := c.g.write(jobs); err != nil {
+			c.log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed")
 		}
 	}
+	c.mu.Lock()
+	c.writing = nil
 	c.mu.Unlock()
-}
-
-func sameJob(a, b copyJob) bool {
-	return a.remove == b.remove && a.mtime.Equal(b.mtime) && len(a.data) == len(b.data) &&
-		(len(a.data) == 0 || &a.data[0] == &b.data[0])
 }
 
 // run writes the jobs as they come until ctx ends, then writes those left (a daemon stopped

@@ -343,3 +343,28 @@ func TestWatcherKeepsCopiesForTheNextStart(t *testing.T) {
 		t.Errorf("copy of the removed c.yaml: %v; want none", err)
 	}
 }
+
+// A file larger than maxMemoryCopy is copied through a temporary file written as it is read:
+// the copy is the file, and nothing is left behind when it does not decode.
+func TestLastGoodCopyOfALargeFile(t *testing.T) {
+	dir, copies := t.TempDir(), filepath.Join(t.TempDir(), "last-good")
+	big := svcYAML("big") + "# " + strings.Repeat("x", maxMemoryCopy) + "\n"
+	writeFiles(t, dir, map[string]string{"big.yaml": big})
+	if _, errs := (Loader{LastGoodDir: copies}).Load(dir); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if got, err := os.ReadFile(filepath.Join(copies, "big.yaml")); err != nil || string(got) != big {
+		t.Fatalf("copy of big.yaml: %d bytes, %v; want the file's %d", len(got), err, len(big))
+	}
+	renameFile(t, dir, "big.yaml", big+"---\nkind: [\n")
+	objs, _ := (Loader{LastGoodDir: copies}).Load(dir)
+	if want := []string{"big.yaml: Service default/big"}; !reflect.DeepEqual(refs(objs), want) {
+		t.Errorf("big.yaml broken at start: loaded %v; want %v from its copy", refs(objs), want)
+	}
+	if ents, _ := os.ReadDir(copies); len(ents) != 1 || ents[0].Name() != "big.yaml" {
+		t.Errorf("copies %v; want only big.yaml (no temporary file of the broken version)", ents)
+	}
+	if got, _ := os.ReadFile(filepath.Join(copies, "big.yaml")); string(got) != big {
+		t.Errorf("copy of big.yaml changed by the broken version (%d bytes)", len(got))
+	}
+}

@@ -383,26 +383,69 @@ func (l Loader) loadChanged(dir string, cache *fileCache, changed map[string]boo
 	return cache.assemble()
 }
 
-// decode reads one file into cache, keeping what decoded as its last good copy (LastGoodDir).
+// decode reads one file into cache, keeping what decoded as its last good copy (LastGoodDir):
+// in memory for a small file, in a temporary file written as it is read for a large one.
 func (l Loader) decode(dec *decoder, cache *fileCache, path, name string, st os.FileInfo, start time.Time) {
 	cache.decoded++
-	var copy *bytes.Buffer
-	if l.copies().enabled() && !l.copies().current(name, st) {
-		copy = bytes.NewBuffer(make([]byte, 0, st.Size()+1))
-	}
-	var tee io.Writer
-	if copy != nil {
-		tee = copy
+	var (
+		mem  *bytes.Buffer
+		tmp  *os.File
+		disk *errWriter
+		tee  io.Writer
+	)
+	if g := l.copies(); g.enabled() && !g.current(name, st) {
+		if st.Size() <= maxMemoryCopy {
+			mem = bytes.NewBuffer(make([]byte, 0, st.Size()+1))
+			tee = mem
+		} else if f, err := g.create(name); err != nil {
+			l.Log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed", "file", name)
+		} else {
+			tmp, disk = f, &errWriter{w: f}
+			tee = disk
+		}
 	}
 	objs, ferr := l.loadFile(dec, path, name, st, l.limit(), tee)
+	job := copyJob{name: name, mtime: st.ModTime()}
+	switch {
+	case mem != nil:
+		job.data = mem.Bytes()
+	case tmp != nil:
+		job.tmp = tmp.Name()
+		err := disk.err
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil || ferr != nil {
+			job.drop() // never a torn copy, never a copy of what did not decode
+			if err != nil && ferr == nil {
+				l.Log.Error(err, "Last good copy of a manifest file not kept: if the file cannot be read at the next start, its Services are not served until it is fixed", "file", name)
+			}
+			tmp = nil
+		}
+	}
 	if ferr != nil {
 		l.failed(cache, name, st, ferr, start)
 		return
 	}
-	if copy != nil {
-		cache.copies = append(cache.copies, copyJob{name: name, data: copy.Bytes(), mtime: st.ModTime()})
+	if mem != nil || tmp != nil {
+		cache.copies = append(cache.copies, job)
 	}
 	cache.record(name, st, objs, nil, start)
+}
+
+// errWriter writes to w and keeps the first error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
 }
 
 func (l Loader) limit() int64 {
@@ -443,20 +486,24 @@ func (l Loader) failed(cache *fileCache, name string, st os.FileInfo, ferr *File
 
 // loadCopy decodes name's copy in LastGoodDir, or the copy the copier is about to write.
 func (l Loader) loadCopy(cache *fileCache, name string) (Objects, error) {
-	from, path, st := l, l.copies().path(name), os.FileInfo(nil)
+	from, path := Loader{}, l.copies().path(name)
 	if j, ok := cache.queued(name); ok {
-		if j.remove {
+		switch {
+		case j.remove:
 			return Objects{}, fs.ErrNotExist
+		case j.tmp != "":
+			path = j.tmp
+		default:
+			from.open = func(string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(j.data)), nil }
 		}
-		from.open = func(string) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(j.data)), nil }
-	} else {
+	}
+	var st os.FileInfo
+	if from.open == nil {
 		var err error
 		if st, err = os.Stat(path); err != nil {
 			return Objects{}, err
 		}
-		from.open = nil
 	}
-	from.stat = nil
 	objs, ferr := from.loadFile(newDecoder(), path, name, st, l.limit(), nil)
 	if ferr != nil {
 		return Objects{}, ferr
