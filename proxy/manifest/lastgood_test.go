@@ -368,3 +368,24 @@ func TestLastGoodCopyOfALargeFile(t *testing.T) {
 		t.Errorf("copy of big.yaml changed by the broken version (%d bytes)", len(got))
 	}
 }
+
+// A file that does not decode makes the source unhealthy (source_up 0 in the daemon) while its
+// objects stay, and healthy again once it is fixed; before, only a missing directory did, and
+// a broken file was silent in the metrics.
+func TestWatcherBadFileIsASourceFailure(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.yaml": svcYAML("a"), "b.yaml": svcYAML("b")})
+	r := startWatcher(t, dir)
+	both := []string{"a.yaml: Service default/a", "b.yaml: Service default/b"}
+	r.nextLoad(t, "start")
+	renameFile(t, dir, "b.yaml", typoYAML)
+	if got := r.nextLoad(t, "b.yaml broken"); !reflect.DeepEqual(got, both) {
+		t.Fatalf("load with b.yaml broken: %v; want %v (b kept)", got, both)
+	}
+	r.waitFailing(t)
+	renameFile(t, dir, "b.yaml", svcYAML("b2"))
+	r.waitLoad(t, "b.yaml fixed", []string{"a.yaml: Service default/a", "b.yaml: Service default/b2"})
+	if got := r.failureLog(); !reflect.DeepEqual(got, []string{"failing", "back"}) || !r.w.FailingSince().IsZero() {
+		t.Errorf("failure reports %v, FailingSince %v; want failing, back and zero", got, r.w.FailingSince())
+	}
+}
