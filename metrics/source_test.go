@@ -69,3 +69,38 @@ func sourceUp(t *testing.T, reg prometheus.Gatherer, source string) float64 {
 	}
 	return -1
 }
+
+// Manifest mode's file and Node metrics: the bad-file gauge and the last-good counter are
+// exported from the start (0), and the Node gauge only where there is a Node to miss.
+func TestSourceFileMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewSource(reg, "manifests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, SourceBadFiles, SourceLastGoodLoads, NodeObjectMissing); err != nil || n != 3 {
+		t.Fatalf("manifest mode exports %d of the file and Node metrics (%v); want 3", n, err)
+	}
+	m.BadFiles("manifests", 2)
+	m.LastGoodLoaded("manifests")
+	m.NodeMissing(true)
+	for name, c := range map[string]prometheus.Collector{
+		"bad files": m.badFiles.WithLabelValues("manifests"), "last good loads": m.lastGood.WithLabelValues("manifests"), "node missing": m.nodeMissing,
+	} {
+		want := map[string]float64{"bad files": 2, "last good loads": 1, "node missing": 1}[name]
+		if got := testutil.ToFloat64(c); got != want {
+			t.Errorf("%s = %v; want %v", name, got, want)
+		}
+	}
+	m.NodeMissing(false)
+	if got := testutil.ToFloat64(m.nodeMissing); got != 0 {
+		t.Errorf("node missing after the Node is back = %v; want 0", got)
+	}
+	kube := prometheus.NewPedanticRegistry()
+	if _, err := NewSource(kube); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(kube, NodeObjectMissing); err != nil || n != 0 {
+		t.Errorf("without manifests: %d %s series (%v); want none", n, NodeObjectMissing, err)
+	}
+}

@@ -41,13 +41,36 @@ type fileCache struct {
 	names []string
 	// decoded counts the files decoded by the last load (the Watcher logs it).
 	decoded int
+	// hold names the files a full load leaves as they are (the Watcher's files still being
+	// written in place); nil: none.
+	hold map[string]bool
+	// pruned is set once a full load has removed the last good copies of absent files.
+	pruned bool
+	// copies are the changes to the last good copies of the load in progress, written (or
+	// handed to copier) at its end.
+	copies []copyJob
+	// copier, if set, writes the copies of the loads after the first (the Watcher's).
+	copier *copier
+}
+
+// queued returns the copy of name the copier has not written yet, if any.
+func (c *fileCache) queued(name string) (copyJob, bool) {
+	for i := len(c.copies) - 1; i >= 0; i-- {
+		if c.copies[i].name == name {
+			return c.copies[i], true
+		}
+	}
+	if c.copier != nil {
+		return c.copier.queued(name)
+	}
+	return copyJob{}, false
 }
 
 type cachedFile struct {
 	key     fileKey
 	settled bool       // a full load may reuse objs by key alone
-	objs    Objects    // as decoded; never written to
-	err     *FileError // why the file contributes no objects; nil when it loaded
+	objs    Objects    // as decoded (or last good, see err); never written to
+	err     *FileError // why the file could not be used, nil when it loaded; objs are its last good objects if err.LastGood
 }
 
 type fileKey struct {
@@ -78,10 +101,15 @@ func (c *fileCache) reusable(name string, st os.FileInfo) bool {
 	return ok && known && e.settled && e.err == nil && k == e.key
 }
 
-// record keeps what decoding name gave (objs, or ferr), st being the file as the load that
-// started at start found it, and adds name to names if it is new.
+// record keeps what decoding name gave (objs, or ferr with its last good objects), st being the
+// file as the load that started at start found it (nil: it could not be stat'ed), and adds
+// name to names if it is new.
 func (c *fileCache) record(name string, st os.FileInfo, objs Objects, ferr *FileError, start time.Time) {
-	k, ok := keyOf(st)
+	var k fileKey
+	ok := false
+	if st != nil {
+		k, ok = keyOf(st)
+	}
 	settled := start.Add(-settleTime).UnixNano()
 	c.files[name] = cachedFile{key: k, settled: ok && k.mtimeNano <= settled && k.ctimeNano <= settled, objs: objs, err: ferr}
 	if i, found := slices.BinarySearch(c.names, name); !found {
@@ -98,7 +126,7 @@ func (c *fileCache) forget(name string) {
 }
 
 // assemble merges every file's objects in name order into one load, with the failed files'
-// errors and the duplicates it finds.
+// errors (their last good objects, if any, merged as the file's) and the duplicates it finds.
 // Its map and lists are made at their size: grown one object at a time, they were rehashed and
 // copied ~20 times at 20,000 objects.
 func (c *fileCache) assemble() (Objects, []FileError) {
@@ -117,7 +145,9 @@ func (c *fileCache) assemble() (Objects, []FileError) {
 		e := c.files[name]
 		if e.err != nil {
 			errs = append(errs, *e.err)
-			continue
+			if !e.err.LastGood {
+				continue
+			}
 		}
 		errs = append(errs, objs.merge(e.objs, name)...)
 	}

@@ -60,18 +60,30 @@ func writeWorkload(b *testing.B, dir string, n int, asYAML bool) int64 {
 
 // BenchmarkLoad: a full load of the bench workload at 10,000 Services × 10 endpoints (one
 // 17 MB file of 20,001 documents, what `run --once` reads in manifest mode), written as JSON
-// (bench/cmd/manifests) or as YAML.
+// (bench/cmd/manifests) or as YAML. "json+copy" keeps the file's last good copy (run with
+// --state-dir), written anew at every load: a restart after the file changed.
 //
 //	go test -run - -bench BenchmarkLoad -benchtime 10x -count 5 ./proxy/manifest/
 func BenchmarkLoad(b *testing.B) {
-	for _, asYAML := range []bool{false, true} {
-		b.Run(map[bool]string{false: "json", true: "yaml"}[asYAML], func(b *testing.B) {
+	for _, c := range []struct {
+		name         string
+		asYAML, copy bool
+	}{{"json", false, false}, {"yaml", true, false}, {"json+copy", false, true}} {
+		asYAML := c.asYAML
+		b.Run(c.name, func(b *testing.B) {
 			const n = 10000
 			dir := b.TempDir()
 			b.SetBytes(writeWorkload(b, dir, n, asYAML))
 			b.ReportAllocs()
+			l := Loader{}
+			if c.copy {
+				l.LastGoodDir = b.TempDir()
+			}
 			for b.Loop() {
-				objs, errs := Load(dir)
+				if c.copy {
+					os.RemoveAll(l.LastGoodDir) // the copy is not current: written again
+				}
+				objs, errs := l.Load(dir)
 				if len(errs) > 0 || len(objs.Services) != n || len(objs.EndpointSlices) != n {
 					b.Fatalf("loaded %d Services, %d slices, errors %v", len(objs.Services), len(objs.EndpointSlices), errs)
 				}

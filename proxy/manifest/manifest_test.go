@@ -284,7 +284,9 @@ func TestWatchSeesRewrite(t *testing.T) {
 }
 
 // A directory that keeps changing faster than DebounceInterval is still reloaded, at least every
-// MaxReloadDelay, instead of never (a generator rewriting files all the time).
+// MaxReloadDelay, instead of never (a generator rewriting files all the time, each write
+// complete: renamed in; a file written in place without pause waits for MaxSettleWait, see
+// TestWatchWaitsForFilesWrittenInPlace).
 func TestWatchReloadsDuringSteadyChurn(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"svc.yaml": goodYAML})
@@ -312,7 +314,7 @@ func TestWatchReloadsDuringSteadyChurn(t *testing.T) {
 			t.Fatalf("%d reloads during %d rewrites over %v without a quiet gap; want 2: a steady churn starves the reload", got, n, 30*MaxReloadDelay)
 		}
 		n++
-		writeFiles(t, dir, map[string]string{"other.yaml": fmt.Sprintf("# rewrite %d\n", n)})
+		renameFile(t, dir, "other.yaml", fmt.Sprintf("# rewrite %d\n", n))
 		time.Sleep(20 * time.Millisecond)
 		for more := true; more; {
 			select {

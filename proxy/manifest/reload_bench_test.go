@@ -1,12 +1,15 @@
 package manifest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
@@ -44,16 +47,32 @@ func writeChurnSlice(b *testing.B, dir string, i, v int) {
 // BenchmarkReloadChurn: one Watcher reload of a 10k-Service directory (the soak's churn layout)
 // after 500 EndpointSlice files were rewritten (half a second of a 1000/s churn): "full" lists
 // and stats the directory as a reload did before inotify's names were used, "named" decodes
-// the named files alone; then Feed.
+// the named files alone; then Feed. "named+copies" also keeps each file's last good copy (run
+// with --state-dir), written by the Watcher's copier beside the reloads as in the daemon.
 func BenchmarkReloadChurn(b *testing.B) {
-	for _, named := range []bool{false, true} {
-		b.Run(map[bool]string{false: "full", true: "named"}[named], func(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		named, copies bool
+	}{{"full", false, false}, {"named", true, false}, {"named+copies", true, true}} {
+		named := c.named
+		b.Run(c.name, func(b *testing.B) {
 			const n, rewrites = 10000, 500
 			dir := churnDir(b, n)
+			l := Loader{}
+			if c.copies {
+				l.LastGoodDir = b.TempDir()
+			}
 			cache := newFileCache()
 			cache.now = func() time.Time { return time.Now().Add(2 * settleTime) } // all settled
+			if c.copies {
+				cache.copier = newCopier(l.copies(), logr.Discard())
+				ctx, cancel := context.WithCancel(context.Background())
+				copied := make(chan struct{})
+				go func() { cache.copier.run(ctx); close(copied) }()
+				defer func() { cancel(); <-copied }()
+			}
 			f := NewFeeder(model.NewTracker(model.TrackerConfig{NodeName: "node-1"}))
-			objs, errs := Loader{}.load(dir, cache)
+			objs, errs := l.load(dir, cache)
 			f.Feed(objs, errs)
 			var load, feed time.Duration
 			for v := 1; b.Loop(); v++ {
@@ -67,9 +86,9 @@ func BenchmarkReloadChurn(b *testing.B) {
 				b.StartTimer()
 				t0 := time.Now()
 				if named {
-					objs, errs = Loader{}.loadChanged(dir, cache, changed)
+					objs, errs = l.loadChanged(dir, cache, changed)
 				} else {
-					objs, errs = Loader{}.load(dir, cache)
+					objs, errs = l.load(dir, cache)
 				}
 				t1 := time.Now()
 				f.Feed(objs, errs)

@@ -42,11 +42,26 @@ func reloadCap(cost time.Duration) time.Duration {
 // missing or unreadable (no inotify watch can wait for a path that does not exist).
 const PollInterval = time.Second
 
+// SettleInterval is how long a file written in place (an inotify write event on it: `cp`, a
+// shell's `>`, an editor that does not save by rename) must go without being written before it
+// is loaded: a file loaded between two writes of its writer is half-written, and may decode
+// (a truncated list of endpoints) or be empty. Files renamed into the directory (editors,
+// fixture writers) and a ConfigMap's "..data" swap are complete and are not waited for.
+const SettleInterval = 500 * time.Millisecond
+
+// MaxSettleWait bounds the wait for a file written in place that never stops being written (a
+// log-like generator): it is loaded this long after the first write of the streak anyway.
+const MaxSettleWait = 5 * time.Second
+
 // Watcher loads a directory, then loads it again after every burst of changes, and survives the
 // directory going away: while it cannot be read, the last good load stays in force (OnLoad is
 // not called), the failure is logged once and exposed through FailingSince and OnFailure, and
 // the directory is looked for every PollInterval; when it is back, the inotify watch is set up
 // again on the new directory and it is reloaded.
+//
+// A file that cannot be used keeps its last good objects (see FileError); one that cannot be
+// read (a stat, open or read error) is tried again every PollInterval. A file written in
+// place is loaded once it has settled (SettleInterval).
 type Watcher struct {
 	Dir    string
 	Loader Loader
@@ -54,15 +69,18 @@ type Watcher struct {
 	// OnLoad receives each complete load of a readable directory, one call at a time, from Run's
 	// goroutine.
 	OnLoad func(Objects, []FileError)
-	// OnFailure, if set, is called from Run's goroutine when the directory becomes unreadable
-	// (once per streak, with the error) and when it is readable again (with nil).
+	// OnFailure, if set, is called from Run's goroutine when the source becomes unhealthy: the
+	// directory cannot be read, or a file of it cannot be used (once per streak, with the
+	// error), and when it is healthy again (with nil).
 	OnFailure func(err error)
+	// Settle and MaxSettle replace SettleInterval and MaxSettleWait when set.
+	Settle, MaxSettle time.Duration
 
-	failingSince atomic.Int64 // unix nanoseconds; 0 while the directory is readable
+	failingSince atomic.Int64 // unix nanoseconds; 0 while the source is healthy
 }
 
-// FailingSince is when the directory became unreadable, zero while it is readable. Safe to
-// call from any goroutine (/healthz).
+// FailingSince is when the directory became unreadable or a file of it could not be used,
+// zero while every file loads. Safe to call from any goroutine (/healthz).
 func (w *Watcher) FailingSince() time.Time {
 	if n := w.failingSince.Load(); n != 0 {
 		return time.Unix(0, n)
@@ -92,7 +110,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(PollInterval)
 	poll.Stop()
 	defer poll.Stop()
-	cache := newFileCache()    // what the last load got from each file
+	cache := newFileCache() // what the last load got from each file
+	if g := (lastGood{dir: w.Loader.LastGoodDir}); g.enabled() {
+		cache.copier = newCopier(g, w.Loader.Log)
+		cctx, stop := context.WithCancel(context.Background())
+		copied := make(chan struct{})
+		go func() { cache.copier.run(cctx); close(copied) }()
+		defer func() { stop(); <-copied }() // the copies of the last loads are written
+	}
 	var lastCost time.Duration // what the last reload took, load and OnLoad
 	// changed holds the files named by events since the last reload; full is set when a
 	// reload must list the directory again (see fileCache): at the start, after the directory
@@ -101,11 +126,53 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// themselves), and while polling.
 	changed := map[string]bool{}
 	full := true
+	timer := time.NewTimer(DebounceInterval) // the debounce, and the settling of files written in place
+	timer.Stop()
+	defer timer.Stop()
+	// writes holds the files written in place since they were last loaded (see SettleInterval).
+	writes := map[string]writeStreak{}
+	// retry names the files that could not be read at the last load, read again at each poll.
+	var retry []string
+	unhealthy := false
+	health := func(err error) {
+		switch {
+		case err != nil && !unhealthy:
+			unhealthy = true
+			w.failingSince.Store(time.Now().UnixNano())
+			if w.OnFailure != nil {
+				w.OnFailure(err)
+			}
+		case err == nil && unhealthy:
+			unhealthy = false
+			w.failingSince.Store(0)
+			if w.OnFailure != nil {
+				w.OnFailure(nil)
+			}
+		}
+	}
 	// reload loads the directory; waited is how long its first change waited for it (the
-	// debounce and the reload cap), logged with what the reload itself took.
+	// debounce and the reload cap), logged with what the reload itself took. Files still being
+	// written are left as they are and reloaded once settled, by timer.
 	reload := func(waited time.Duration) {
 		start := time.Now()
 		defer func() { lastCost = time.Since(start) }()
+		hold, settleWait := w.settling(writes, start)
+		cache.hold = hold
+		for name := range hold {
+			delete(changed, name)
+		}
+		defer func() {
+			cache.hold = nil
+			for name := range hold {
+				changed[name] = true
+			}
+			if len(hold) > 0 {
+				timer.Reset(settleWait)
+			}
+		}()
+		if !full && watching && failing == nil && len(changed) == 0 {
+			return // only files still being written
+		}
 		if !watching { // before loading, so an edit made meanwhile is not missed
 			if err := fw.Add(dir); err == nil {
 				watching = true
@@ -127,12 +194,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 				watching = false
 			}
 			if failing == nil {
-				w.failingSince.Store(time.Now().UnixNano())
 				w.Log.Error(derr, "Manifest directory cannot be read; the Services loaded last stay as they are until it is back", "dir", dir, "retryEvery", PollInterval)
-				if w.OnFailure != nil {
-					w.OnFailure(derr)
-				}
 			}
+			health(derr)
 			failing = derr
 			poll.Reset(PollInterval)
 			return
@@ -143,20 +207,28 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		if failing != nil {
 			failing = nil
-			w.failingSince.Store(0)
 			w.Log.Info("Manifest directory is back; reloading it", "dir", dir)
-			if w.OnFailure != nil {
-				w.OnFailure(nil)
+		}
+		bad := BadFiles(errs)
+		retry = retry[:0]
+		for _, e := range bad {
+			if e.Unreadable {
+				retry = append(retry, e.File)
 			}
+		}
+		if len(retry) > 0 {
+			poll.Reset(PollInterval)
+		}
+		if len(bad) > 0 {
+			health(badFilesError(bad))
+		} else {
+			health(nil)
 		}
 		w.Log.V(1).Info("Loaded manifests", "dir", dir, "reload", kind, "decodedFiles", cache.decoded, "services", len(objs.Services), "refused", len(objs.Refused),
 			"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs), "waited", waited, "took", time.Since(start))
 		w.OnLoad(objs, errs)
 	}
 	reload(0)
-	timer := time.NewTimer(DebounceInterval)
-	timer.Stop()
-	defer timer.Stop()
 	var burstStart time.Time // first event not yet reloaded; zero when none waits
 	arm := func() {
 		now := time.Now()
@@ -195,6 +267,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 				full = true // a ConfigMap's ..data swap, or a name this watch cannot place
 			case isManifestName(base):
 				changed[base] = true
+				if ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
+					delete(writes, base) // a new file (renamed in, or to be written) or none
+				}
+				if ev.Op&fsnotify.Write != 0 {
+					ws := writes[base]
+					if ws.first.IsZero() {
+						ws.first = time.Now()
+					}
+					ws.last = time.Now()
+					writes[base] = ws
+				}
 			default:
 				continue // not a manifest file (an editor's or a writer's temporary file)
 			}
@@ -207,14 +290,66 @@ func (w *Watcher) Run(ctx context.Context) error {
 			full = true
 			arm()
 		case <-timer.C:
-			waited := time.Since(burstStart)
+			var waited time.Duration // zero when only files settling waited
+			if !burstStart.IsZero() {
+				waited = time.Since(burstStart)
+			}
 			burstStart = time.Time{}
 			reload(waited)
 		case <-poll.C:
-			full = true
+			if failing != nil || !watching {
+				full = true
+			}
+			for _, name := range retry {
+				changed[name] = true
+			}
 			reload(0)
 		}
 	}
+}
+
+// writeStreak is when a file written in place was first and last written since it was loaded.
+type writeStreak struct{ first, last time.Time }
+
+// settling returns the files of writes still being written at now (written within the settle
+// interval, for less than the longest settle wait), and how long until the first of them
+// settles; the others are dropped from writes, to be loaded now.
+func (w *Watcher) settling(writes map[string]writeStreak, now time.Time) (map[string]bool, time.Duration) {
+	settle, maxWait := w.Settle, w.MaxSettle
+	if settle <= 0 {
+		settle = SettleInterval
+	}
+	if maxWait <= 0 {
+		maxWait = MaxSettleWait
+	}
+	var hold map[string]bool
+	var wait time.Duration
+	for name, ws := range writes {
+		until := ws.last.Add(settle)
+		if limit := ws.first.Add(maxWait); limit.Before(until) {
+			until = limit
+		}
+		if !now.Before(until) {
+			delete(writes, name)
+			continue
+		}
+		if hold == nil {
+			hold = map[string]bool{}
+		}
+		hold[name] = true
+		if d := until.Sub(now); wait == 0 || d < wait {
+			wait = d
+		}
+	}
+	return hold, wait
+}
+
+// badFilesError summarises the files that could not be used, for OnFailure.
+func badFilesError(bad []FileError) error {
+	if len(bad) == 1 {
+		return bad[0]
+	}
+	return fmt.Errorf("%d manifest files cannot be used, the first: %w", len(bad), bad[0])
 }
 
 // Feeder applies successive loads to a Tracker as a diff: every loaded object is upserted (the
@@ -233,6 +368,7 @@ type Feeder struct {
 	services fedSet[*corev1.Service]
 	slices   fedSet[*model.EndpointSlice]
 	nodes    fedSet[*corev1.Node]
+	keepNode string // see KeepNode
 }
 
 // objectName is a namespace and name (an empty namespace for Nodes).
@@ -294,6 +430,13 @@ func NewFeeder(t *model.Tracker) *Feeder {
 	return &Feeder{tracker: t}
 }
 
+// KeepNode makes the Feeder keep the Node named name once fed, when it disappears from the
+// loads: it is this node, and without it no node port is served. Manifest mode has no other
+// way to take a node's node ports away than to delete its Node by mistake (a file moved away,
+// a Node left out of a regenerated file), so its loss is reported (the Pipeline's warning and
+// metric), not obeyed.
+func (f *Feeder) KeepNode(name string) { f.keepNode = name }
+
 // Feed applies objs, loaded with errs, to the Tracker. A load whose directory could not be read
 // (DirectoryError) changes nothing: the Tracker keeps what it was last fed.
 func (f *Feeder) Feed(objs Objects, errs []FileError) {
@@ -307,6 +450,13 @@ func (f *Feeder) Feed(objs Objects, errs []FileError) {
 	services := f.services.next(objs.From, "Service", failed)
 	slices := f.slices.next(objs.From, "EndpointSlice", failed)
 	nodes := f.nodes.next(objs.From, "Node", failed)
+	if k := (objectName{"", f.keepNode}); f.keepNode != "" {
+		if e, fed := f.nodes[k]; fed {
+			if _, ok := nodes[k]; !ok {
+				nodes[k] = e
+			}
+		}
+	}
 	// Deletions first: an object that moved between files is in both sets and stays.
 	f.services.gone(services, func(k objectName) {
 		f.tracker.DeleteService(model.ServiceKey{Namespace: k.namespace, Name: k.name})

@@ -27,6 +27,12 @@ type watchRecorder struct {
 
 func startWatcher(t *testing.T, dir string) *watchRecorder {
 	t.Helper()
+	return startWatcherWith(t, dir, func(*Watcher) {})
+}
+
+// startWatcherWith is startWatcher with the Watcher changed by edit before it runs.
+func startWatcherWith(t *testing.T, dir string, edit func(*Watcher)) *watchRecorder {
+	t.Helper()
 	r := &watchRecorder{loads: make(chan []string, 100), done: make(chan error, 1)}
 	r.w = &Watcher{Dir: dir, Log: logr.Discard(),
 		OnLoad: func(o Objects, _ []FileError) { r.loads <- refs(o) },
@@ -39,6 +45,7 @@ func startWatcher(t *testing.T, dir string) *watchRecorder {
 				r.failures = append(r.failures, "failing")
 			}
 		}}
+	edit(r.w)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- r.w.Run(ctx) }()

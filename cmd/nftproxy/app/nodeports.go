@@ -60,3 +60,16 @@ func newPipeline(o *Options, log logr.Logger, a *nodeport.Assigner, tracker *mod
 	}
 	return pipeline.New(cfg)
 }
+
+// newPipelineWith is run's and run --once's pipeline: newPipeline with run's loader (last good
+// copies in --state-dir), the Node object's absence reported in sm (may be nil).
+func newPipelineWith(o *Options, log logr.Logger, a *nodeport.Assigner, tracker *model.Tracker, pm *metrics.Proxy, sm *metrics.Source) *pipeline.Pipeline {
+	cfg := pipeline.Config{Dir: o.Manifests, Loader: o.runLoader(log, sm), Assigner: a, Tracker: tracker, NodeName: o.NodeName, Log: log}
+	if pm != nil {
+		cfg.OnProblem = func(nodeport.Problem) { pm.Rejected(model.ReasonNodePortNotAssigned) }
+	}
+	if sm != nil {
+		cfg.OnNodeMissing = sm.NodeMissing
+	}
+	return pipeline.New(cfg)
+}

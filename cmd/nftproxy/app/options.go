@@ -196,7 +196,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 		fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: the state directory of the run whose ruleset to print: its node-port assignments are read (never written), so the node ports printed are those run applies; empty: assigned afresh, the same on every render")
 		return
 	}
-	fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: directory where assigned node ports are kept, so they survive restarts (e.g. /var/lib/nftproxy); empty keeps them in memory only")
+	fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: directory where assigned node ports and the last good copy of each manifest file are kept, so they survive restarts (e.g. /var/lib/nftproxy): a file that cannot be read or decoded at start serves the objects of its copy; empty keeps both in memory only")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file of the API server to watch (Kubernetes mode); in a pod without it, the in-cluster ServiceAccount is used unless --manifests is given")
 	fs.StringVar(&o.Master, "master", "", "API server address (https://HOST:PORT); overrides the kubeconfig's server, or in a pod the in-cluster address (needed where no service proxy serves the kubernetes Service yet)")
 	fs.BoolVar(&o.Once, "once", false, "apply one full sync and exit: 0 on success, 1 on failure")

@@ -22,6 +22,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
 	"github.com/nftproxy/nftproxy/proxy/explain"
 	"github.com/nftproxy/nftproxy/proxy/health"
+	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
@@ -263,8 +264,19 @@ func loadOnce(o *Options, log logr.Logger, tracker *model.Tracker, am allocator.
 	if err != nil {
 		return err
 	}
-	if _, err := newPipeline(o, log, a, tracker, pm).Load(); err != nil {
+	res, err := newPipelineWith(o, log, a, tracker, pm, nil).Load()
+	if err != nil {
 		return fmt.Errorf("nothing applied, the kernel is unchanged: %w", err)
+	}
+	// A file that cannot be used is not "no objects": applying the rest would delete its
+	// Services from the kernel. The daemon would serve its last good state; a single run has
+	// none to trust, so it changes nothing.
+	if bad := manifest.BadFiles(res.FileErrors); len(bad) > 0 {
+		errs := make([]error, len(bad))
+		for i, e := range bad {
+			errs[i] = e
+		}
+		return fmt.Errorf("nothing applied, the kernel is unchanged: %d manifest file(s) cannot be used; fix them and run again: %w", len(bad), errors.Join(errs...))
 	}
 	return nil
 }

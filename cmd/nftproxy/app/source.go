@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -52,16 +53,36 @@ func newSource(o *Options, log logr.Logger, obs allocator.Observer, sm *metrics.
 		return nil, err
 	}
 	if o.StateDir == "" {
-		log.Info("node ports assigned in manifest mode are kept in memory only: set --state-dir to keep them across restarts")
+		log.Info("node ports assigned in manifest mode are kept in memory only, and no last good copy of the manifest files is kept: set --state-dir to keep both across restarts. Without it, a file that cannot be read or decoded at start serves none of its objects (the rules of the run before for them are removed) until it is fixed")
 	}
-	m := &manifestSource{o: o, log: log, assigner: a, pm: pm}
-	m.watcher = manifest.Watcher{Dir: o.Manifests, Loader: o.loader(), Log: log.WithName("manifests"),
+	m := &manifestSource{o: o, log: log, assigner: a, pm: pm, sm: sm}
+	m.watcher = manifest.Watcher{Dir: o.Manifests, Loader: o.runLoader(log, sm), Log: log.WithName("manifests"),
 		OnFailure: func(err error) {
 			if sm != nil {
 				sm.Failing(manifestSourceLabel, err)
 			}
 		}}
 	return m, nil
+}
+
+// lastGoodDir is where run keeps the last good copy of each manifest file: a directory of the
+// state directory, beside the node-port assignments.
+const lastGoodDir = "last-good-manifests"
+
+// runLoader is run's (and run --once's) loader: with --state-dir, it keeps a last good copy of
+// each manifest file there, and a file that cannot be used at start is replaced by its copy
+// (counted in sm, which may be nil). render does not write the state directory, so it reads
+// with o.loader().
+func (o *Options) runLoader(log logr.Logger, sm *metrics.Source) manifest.Loader {
+	l := o.loader()
+	if o.StateDir != "" {
+		l.LastGoodDir = filepath.Join(o.StateDir, lastGoodDir)
+	}
+	l.Log = log.WithName("manifests")
+	if sm != nil {
+		l.OnLastGood = func(string) { sm.LastGoodLoaded(manifestSourceLabel) }
+	}
+	return l
 }
 
 // The sources' values of the metrics' source label.
@@ -77,6 +98,7 @@ type manifestSource struct {
 	log      logr.Logger
 	assigner *nodeport.Assigner
 	pm       *metrics.Proxy
+	sm       *metrics.Source // may be nil
 	loaded   atomic.Bool
 	watcher  manifest.Watcher
 	// status, when set, receives the node ports each load could not assign (for explain).
@@ -89,13 +111,16 @@ func (m *manifestSource) String() string { return "manifests " + m.watcher.Dir }
 // kernel as it is (the rules of an earlier run keep serving) until it appears.
 func (m *manifestSource) Ready() bool { return m.loaded.Load() }
 
-// FailingSince is when the manifest directory became missing or unreadable, zero while it can
-// be read. A single broken file is not a source failure (it is reported and keeps its objects).
+// FailingSince is when the manifest directory became missing or unreadable, or a file of it
+// could not be used, zero while every file loads (a bad file keeps its last good objects).
 func (m *manifestSource) FailingSince() time.Time { return m.watcher.FailingSince() }
 
 func (m *manifestSource) Run(ctx context.Context, tracker *model.Tracker, notify func()) error {
-	pl := newPipeline(m.o, m.log, m.assigner, tracker, m.pm)
+	pl := newPipelineWith(m.o, m.log, m.assigner, tracker, m.pm, m.sm)
 	m.watcher.OnLoad = func(objs manifest.Objects, ferrs []manifest.FileError) {
+		if m.sm != nil && manifest.DirectoryError(ferrs) == nil {
+			m.sm.BadFiles(manifestSourceLabel, len(manifest.BadFiles(ferrs)))
+		}
 		res := pl.Apply(objs, ferrs)
 		if m.status != nil && manifest.DirectoryError(ferrs) == nil {
 			m.status.SetNodePortProblems(res.Problems)

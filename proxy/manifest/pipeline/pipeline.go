@@ -37,6 +37,9 @@ type Config struct {
 	// changed, as the Tracker's OnRejection is called once per change: the daemon counts it in
 	// nftproxy_invalid_services_total{reason="NodePortNotAssigned"}.
 	OnProblem func(nodeport.Problem)
+	// OnNodeMissing, if set, is called after each load with whether the Node named NodeName
+	// is missing from it (the daemon's nftproxy_node_object_missing).
+	OnNodeMissing func(missing bool)
 }
 
 // Pipeline applies successive loads of one directory to one Tracker. It is not safe for
@@ -45,6 +48,11 @@ type Pipeline struct {
 	cfg    Config
 	feeder *manifest.Feeder
 	fed    bool
+	// nodeMissing: the last load had no Node object for this node.
+	nodeMissing bool
+	// fileErrs are the file errors of the last load (their messages), badFiles their files.
+	fileErrs map[string]bool
+	badFiles []string
 	// reported holds the node-port problems already reported, by Service and port, with their
 	// message: a problem is reported when it appears or changes, and its end is logged.
 	reported map[problemKey]string
@@ -64,7 +72,9 @@ type Result struct {
 
 // New returns a Pipeline that has fed nothing yet.
 func New(cfg Config) *Pipeline {
-	return &Pipeline{cfg: cfg, feeder: manifest.NewFeeder(cfg.Tracker), reported: map[problemKey]string{}}
+	f := manifest.NewFeeder(cfg.Tracker)
+	f.KeepNode(cfg.NodeName)
+	return &Pipeline{cfg: cfg, feeder: f, reported: map[problemKey]string{}}
 }
 
 // Load reads the directory once and applies it (`run --once`, `render`). A directory that
@@ -86,9 +96,7 @@ func (p *Pipeline) Apply(objs manifest.Objects, ferrs []manifest.FileError) Resu
 	if manifest.DirectoryError(ferrs) != nil {
 		return Result{Objects: objs, FileErrors: ferrs}
 	}
-	for _, e := range ferrs {
-		log.Error(e, "manifest skipped; the objects of other files are still served")
-	}
+	p.reportFiles(ferrs)
 	for _, e := range objs.Invalid {
 		log.Error(e, "manifest object or endpoint left out; the rest of the file is served", "object", e.Ref.String())
 	}
@@ -98,13 +106,64 @@ func (p *Pipeline) Apply(objs manifest.Objects, ferrs []manifest.FileError) Resu
 	}
 	p.report(probs)
 	p.feeder.Feed(objs, ferrs)
-	if !p.fed {
-		p.fed = true
-		if p.cfg.Tracker.Snapshot().Node == nil {
-			log.Info("no Node object for this node in the manifests: node ports are not served until one appears", "node", p.cfg.NodeName)
+	p.checkNode(objs)
+	return Result{Objects: objs, FileErrors: ferrs, Problems: probs}
+}
+
+// reportFiles logs each file error when it appears or changes, and the files that load again:
+// the Watcher retries an unreadable file every second, and a line per retry would bury the rest.
+func (p *Pipeline) reportFiles(ferrs []manifest.FileError) {
+	now := make(map[string]bool, len(ferrs))
+	files := map[string]bool{}
+	for _, e := range ferrs {
+		msg := e.Error()
+		now[msg] = true
+		files[e.File] = true
+		if p.fileErrs[msg] {
+			continue
+		}
+		switch {
+		case e.Duplicate:
+			p.cfg.Log.Error(e, "manifest skipped in part: an object is defined twice; the rest of the file is served")
+		case e.LastGood:
+			p.cfg.Log.Error(e, "manifest skipped: the file cannot be used; its objects stay as last loaded, the objects of other files are served")
+		default:
+			p.cfg.Log.Error(e, "manifest skipped: the file cannot be used and has no last good state, so its objects are not served until it is fixed")
 		}
 	}
-	return Result{Objects: objs, FileErrors: ferrs, Problems: probs}
+	for _, f := range p.badFiles {
+		if !files[f] {
+			p.cfg.Log.Info("Manifest file loads again", "file", f)
+		}
+	}
+	p.fileErrs, p.badFiles = now, p.badFiles[:0]
+	for f := range files {
+		p.badFiles = append(p.badFiles, f)
+	}
+	sort.Strings(p.badFiles)
+}
+
+// checkNode reports a load without this node's Node object: at the first load, node ports are
+// not served until one appears; later, the Node fed last is kept (Feeder.KeepNode) and the
+// warning repeats at every load until the Node is back, so its loss is not silent.
+func (p *Pipeline) checkNode(objs manifest.Objects) {
+	_, present := objs.From[manifest.Ref{Kind: "Node", Name: p.cfg.NodeName}]
+	first := !p.fed
+	p.fed = true
+	switch {
+	case present:
+		if p.nodeMissing {
+			p.cfg.Log.Info("Node object for this node is back in the manifests", "node", p.cfg.NodeName)
+		}
+	case p.cfg.Tracker.Snapshot().Node != nil:
+		p.cfg.Log.Info("Warning: the Node object for this node is no longer in the manifests; its last version is kept, so node ports keep being served on its addresses. Restore it (or restart without it to stop serving node ports)", "node", p.cfg.NodeName)
+	case first || !p.nodeMissing:
+		p.cfg.Log.Info("no Node object for this node in the manifests: node ports are not served until one appears", "node", p.cfg.NodeName)
+	}
+	p.nodeMissing = !present
+	if p.cfg.OnNodeMissing != nil {
+		p.cfg.OnNodeMissing(!present)
+	}
 }
 
 // report logs and hands to OnProblem each problem that is new or changed, and logs the end of

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,7 @@ type fixture struct {
 	mu       sync.Mutex
 	lines    []string
 	problems []nodeport.Problem
+	missing  []bool // OnNodeMissing's calls
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -54,7 +56,8 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.tracker = model.NewTracker(model.TrackerConfig{NodeName: "node-a", Logger: logr.Discard()})
 	f.pl = New(Config{Dir: f.dir, Loader: manifest.Loader{}, Assigner: a, Tracker: f.tracker, NodeName: "node-a", Log: log,
-		OnProblem: func(p nodeport.Problem) { f.problems = append(f.problems, p) }})
+		OnProblem:     func(p nodeport.Problem) { f.problems = append(f.problems, p) },
+		OnNodeMissing: func(m bool) { f.missing = append(f.missing, m) }})
 	return f
 }
 
@@ -158,5 +161,76 @@ func TestWarnsOnceWithoutNode(t *testing.T) {
 	}
 	if got := f.take("no Node object"); len(got) != 1 {
 		t.Fatalf("%d warnings about the missing Node; want 1", len(got))
+	}
+}
+
+const nodeA = `apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+status: {addresses: [{type: InternalIP, address: 198.18.0.1}]}
+`
+
+// The Node manifest removed while running (a file moved away, a Node left out of a regenerated
+// file) does not stop the node ports: the last Node stays in the model, and the loss is logged
+// as a warning at every load and reported to OnNodeMissing until the Node is back.
+func TestNodeRemovedIsKept(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, "a.yaml", older)
+	f.write(t, "node.yaml", nodeA)
+	load := func(what string) {
+		t.Helper()
+		if _, err := f.pl.Load(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	load("start")
+	if err := os.Remove(filepath.Join(f.dir, "node.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	load("node.yaml removed")
+	load("reload without the Node")
+	if n := f.tracker.Snapshot().Node; n == nil || len(n.Addresses) == 0 {
+		t.Fatalf("Node in the model after node.yaml was removed: %+v; want the last one kept", n)
+	}
+	if got := f.take("no longer in the manifests"); len(got) != 2 {
+		t.Errorf("warnings about the missing Node: %q; want one per load", got)
+	}
+	f.write(t, "node.yaml", nodeA)
+	load("node.yaml back")
+	if got := f.take("is back"); len(got) != 1 {
+		t.Errorf("log lines about the Node back: %q; want one", got)
+	}
+	if want := []bool{false, true, true, false}; !slices.Equal(f.missing, want) {
+		t.Errorf("OnNodeMissing calls %v; want %v", f.missing, want)
+	}
+}
+
+// A file that cannot be used is logged when it breaks (and when its error changes), not at every
+// reload: the Watcher retries an unreadable file every second.
+func TestFileErrorsLoggedOncePerChange(t *testing.T) {
+	f := newFixture(t)
+	f.write(t, "a.yaml", older)
+	f.write(t, "b.yaml", "kind: [")
+	for i := 0; i < 3; i++ {
+		if _, err := f.pl.Load(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.take("manifest skipped"); len(got) != 1 || !strings.Contains(got[0], "b.yaml") {
+		t.Errorf("three loads of a broken b.yaml logged %q; want one line naming it", got)
+	}
+	f.write(t, "b.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {bogus: 1}\n")
+	if _, err := f.pl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take("manifest skipped"); len(got) != 1 {
+		t.Errorf("a new error in b.yaml logged %q; want one line", got)
+	}
+	f.write(t, "b.yaml", strings.Replace(younger, "%d", "30081", 1))
+	if _, err := f.pl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.take("loads again"); len(got) != 1 || !strings.Contains(got[0], "b.yaml") {
+		t.Errorf("b.yaml fixed: logged %q; want one line saying it loads again", got)
 	}
 }
