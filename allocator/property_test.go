@@ -26,21 +26,6 @@ func (m *model) freeIn(lo, hi int) int {
 	return n
 }
 
-// hasRun reports whether [lo, hi] holds width consecutive free ports.
-func (m *model) hasRun(lo, hi, width int) bool {
-	run := 0
-	for p := lo; p <= hi; p++ {
-		if _, ok := m.holder[p]; ok {
-			run = 0
-			continue
-		}
-		if run++; run >= width {
-			return true
-		}
-	}
-	return false
-}
-
 func (m *model) take(r Range, owner string) error {
 	for p := r.First; p <= r.Last; p++ {
 		if o, ok := m.holder[p]; ok {

@@ -21,26 +21,28 @@ type kubeProxyFamily struct {
 	labels []string
 }
 
-// kubeProxyMetrics are kube-proxy's metrics (v1.34, pkg/proxy/metrics) that nftproxy exposes
-// under the same names, with their types and label names as kube-proxy has them, so that
-// dashboards and alerts built on kube-proxy read nftproxy unchanged.
+// kubeProxyMetrics are kube-proxy's metrics that nftproxy exposes under the same names, with
+// their types and label names as kube-proxy v1.34.4 declares them in pkg/proxy/metrics/metrics.go
+// (subsystem "kubeproxy"), so that dashboards and alerts built on kube-proxy read nftproxy
+// unchanged. The names are written here, not taken from this package's constants: a renamed
+// constant must fail this test.
 var kubeProxyMetrics = []kubeProxyFamily{
-	{KubeProxySync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{KubeProxyFullSync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{KubeProxyPartialSync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{KubeProxyLastTimestamp, dto.MetricType_GAUGE, []string{"ip_family"}},
-	{KubeProxyLastQueued, dto.MetricType_GAUGE, []string{"ip_family"}},
-	{KubeProxyProgramming, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{KubeProxyEndpointsPend, dto.MetricType_GAUGE, nil},
-	{KubeProxyEndpoints, dto.MetricType_COUNTER, nil},
-	{KubeProxyChangesPend, dto.MetricType_GAUGE, nil},
-	{KubeProxyChanges, dto.MetricType_COUNTER, nil},
-	{KubeProxySyncFailures, dto.MetricType_COUNTER, []string{"ip_family"}},
-	{KubeProxyHealthz, dto.MetricType_COUNTER, []string{"code"}},
-	{KubeProxyLivez, dto.MetricType_COUNTER, []string{"code"}},
-	{KubeProxyConntrackSync, dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{KubeProxyConntrackDeleted, dto.MetricType_COUNTER, []string{"ip_family"}},
-	{KubeProxyNoLocalEndpoints, dto.MetricType_GAUGE, []string{"traffic_policy", "ip_family"}},
+	{"kubeproxy_sync_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
+	{"kubeproxy_sync_full_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
+	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
+	{"kubeproxy_sync_proxy_rules_last_timestamp_seconds", dto.MetricType_GAUGE, []string{"ip_family"}},
+	{"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", dto.MetricType_GAUGE, []string{"ip_family"}},
+	{"kubeproxy_network_programming_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
+	{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", dto.MetricType_GAUGE, nil},
+	{"kubeproxy_sync_proxy_rules_endpoint_changes_total", dto.MetricType_COUNTER, nil},
+	{"kubeproxy_sync_proxy_rules_service_changes_pending", dto.MetricType_GAUGE, nil},
+	{"kubeproxy_sync_proxy_rules_service_changes_total", dto.MetricType_COUNTER, nil},
+	{"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", dto.MetricType_COUNTER, []string{"ip_family"}},
+	{"kubeproxy_proxy_healthz_total", dto.MetricType_COUNTER, []string{"code"}},
+	{"kubeproxy_proxy_livez_total", dto.MetricType_COUNTER, []string{"code"}},
+	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
+	{"kubeproxy_conntrack_reconciler_deleted_entries_total", dto.MetricType_COUNTER, []string{"ip_family"}},
+	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", dto.MetricType_GAUGE, []string{"traffic_policy", "ip_family"}},
 }
 
 // TestKubeProxyParity scrapes the daemon's registry and checks every kube-proxy metric nftproxy
@@ -91,15 +93,17 @@ func checkParity(t *testing.T, g interface {
 }
 
 // componentMetrics are what every Kubernetes component exposes through component-base, with
-// its types and label names: the build information and client-go's request metrics.
+// its types and label names as component-base v0.34.4 declares them (metrics/version.go and
+// metrics/prometheus/restclient/metrics.go): the build information and client-go's request
+// metrics. Written out, as kubeProxyMetrics are.
 var componentMetrics = []kubeProxyFamily{
-	{BuildInfo, dto.MetricType_GAUGE, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"}},
-	{RESTRequests, dto.MetricType_COUNTER, []string{"code", "method", "host"}},
-	{RESTRequestDuration, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{RESTRequestSize, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{RESTResponseSize, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{RESTRateLimiter, dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{RESTRetries, dto.MetricType_COUNTER, []string{"code", "verb", "host"}},
+	{"kubernetes_build_info", dto.MetricType_GAUGE, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"}},
+	{"rest_client_requests_total", dto.MetricType_COUNTER, []string{"code", "method", "host"}},
+	{"rest_client_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{"rest_client_request_size_bytes", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{"rest_client_response_size_bytes", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{"rest_client_rate_limiter_duration_seconds", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
+	{"rest_client_request_retries_total", dto.MetricType_COUNTER, []string{"code", "verb", "host"}},
 }
 
 // TestComponentParity drives client-go's metric hooks as a request does and checks the

@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nftproxy/nftproxy/proxy/localports"
 )
 
 // EphemeralOverlapPorts is the gauge of ports, per configured range, that this node's kernel may
@@ -11,27 +13,17 @@ import (
 // node port or block and are sent to a pod.
 const EphemeralOverlapPorts = "nftproxy_ephemeral_overlap_ports"
 
-// Label values of EphemeralOverlapPorts' "range".
-const (
-	// OverlapNodePortRange is --service-node-port-range.
-	OverlapNodePortRange = "node_port_range"
-	// OverlapBlockRange is --range-node-port-range, where blocks may lie.
-	OverlapBlockRange = "block_range"
-	// OverlapBlocks is the node-port blocks the node programs (their ports summed).
-	OverlapBlocks = "blocks"
-)
-
 // LocalPorts exports the node's ephemeral-port check.
 type LocalPorts struct {
 	overlap *prometheus.GaugeVec
 }
 
-// NewLocalPorts creates the gauge, with every range at 0, and registers it on reg.
+// NewLocalPorts creates the gauge, with every range label of localports at 0, and registers it on reg.
 func NewLocalPorts(reg prometheus.Registerer) (*LocalPorts, error) {
 	m := &LocalPorts{overlap: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: EphemeralOverlapPorts,
 		Help: "Ports of each range (node_port_range, block_range, blocks: the programmed node-port blocks) that this node's kernel may use as ephemeral source ports (net.ipv4.ip_local_port_range less ip_local_reserved_ports); above 0, the node's own connections can be captured by a Service."},
 		[]string{"range"})}
-	for _, r := range []string{OverlapNodePortRange, OverlapBlockRange, OverlapBlocks} {
+	for _, r := range localports.Labels() {
 		m.overlap.WithLabelValues(r)
 	}
 	if err := reg.Register(m.overlap); err != nil {
@@ -40,5 +32,6 @@ func NewLocalPorts(reg prometheus.Registerer) (*LocalPorts, error) {
 	return m, nil
 }
 
-// Overlap sets the number of ephemeral, unreserved ports in the range labelled r.
+// Overlap sets the number of ephemeral, unreserved ports in the range labelled r (one of
+// localports.Labels): it is the localports.Observer the daemon passes.
 func (m *LocalPorts) Overlap(r string, ports int) { m.overlap.WithLabelValues(r).Set(float64(ports)) }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/localports"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
@@ -92,7 +93,7 @@ func daemonRegistry(t *testing.T) *prometheus.Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lp.Overlap(OverlapBlocks, 100)
+	lp.Overlap(localports.LabelBlocks, 100)
 	ls, err := NewListeners(reg)
 	if err != nil {
 		t.Fatal(err)

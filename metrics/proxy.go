@@ -78,7 +78,6 @@ type Proxy struct {
 
 	changes        *prometheus.CounterVec
 	healthz, livez *prometheus.CounterVec
-	registered     []prometheus.Collector
 	reg            prometheus.Registerer
 }
 

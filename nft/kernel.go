@@ -120,8 +120,8 @@ func (k *Kernel) Apply(ctx context.Context, tx *Transaction) (Stats, error) {
 
 // unwatchedOps is the size from which a batch is applied with the Watcher out of the event
 // group. The kernel builds an event for every object a batch changes as soon as anyone listens,
-// and ours are only read to be dropped: a 10k-Service full sync (228k elements) took the
-// kernel 2.96 s with a listener and 0.36 s without (bench/syncs TestDriftMeasure, one run).
+// and ours are only read to be dropped: at 10k Services the events multiply the kernel's time for
+// a full sync (figures: README.md, "Events: drift detection"; measured with bench/cmd/drift).
 // Below this size the events cost less than leaving and rejoining the group and the two
 // generation reads.
 const unwatchedOps = 1024

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"reflect"
 	"sort"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -202,58 +200,6 @@ func kernelSetByName(sets []Set, name string) Set {
 		}
 	}
 	return Set{}
-}
-
-// TestKernelMeasure records apply and element-change costs. Run with NFTPROXY_MEASURE=1.
-func TestKernelMeasure(t *testing.T) {
-	if os.Getenv("NFTPROXY_MEASURE") == "" {
-		t.Skip("set NFTPROXY_MEASURE=1 to measure")
-	}
-	ctx := context.Background()
-	tb := Table{Family: IPv4, Name: "nftproxy"}
-	k, _ := kernelTestNS(t, "nftk-meas")
-	start := time.Now()
-	tx := kernelScaleTx(tb, 10000, 100000, false)
-	build := time.Since(start)
-	st, err := k.Apply(ctx, tx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("10k chains + 100k elements, one transaction: build %v, apply %v (%d messages, %.1f MB)", build, st.Duration, st.Messages, float64(st.Bytes)/1e6)
-	for _, interval := range []bool{false, true} {
-		k, _ := kernelTestNS(t, "nftk-meas")
-		if _, err := k.Apply(ctx, kernelScaleTx(tb, 100, 100000, interval)); err != nil {
-			t.Fatal(err)
-		}
-		var adds, dels []time.Duration
-		for i := 0; i < 7; i++ {
-			key := []Value{Addr(netip.MustParseAddr("198.19.255.1")), Proto(unix.IPPROTO_UDP), Port(uint16(1000 + i))}
-			el := &Element{Set: "service-ips", Key: key, Verdict: &Verdict{Kind: VerdictGoto, Chain: "svc-00001"}}
-			if interval {
-				el.KeyEnd = key
-			}
-			add := NewTransaction(tb)
-			add.Add(el)
-			st, err := k.Apply(ctx, add)
-			if err != nil {
-				t.Fatal(err)
-			}
-			adds = append(adds, st.Duration)
-			del := NewTransaction(tb)
-			del.Delete(el)
-			if st, err = k.Apply(ctx, del); err != nil {
-				t.Fatal(err)
-			}
-			dels = append(dels, st.Duration)
-		}
-		t.Logf("100k-element map (interval=%v): +1 element median %v, -1 element median %v (7 runs)", interval, kernelMedian(adds), kernelMedian(dels))
-	}
-}
-
-func kernelMedian(d []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
 }
 
 // TestKernelConformance runs the cases shared with the fake against the real kernel, each call

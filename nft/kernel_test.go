@@ -21,7 +21,7 @@ import (
 // IPv6 in fd00::/64.
 
 // kernelTestNS opens a Kernel in a fresh namespace.
-func kernelTestNS(t *testing.T, prefix string) (*Kernel, *netns.NS) {
+func kernelTestNS(t testing.TB, prefix string) (*Kernel, *netns.NS) {
 	t.Helper()
 	ns := netns.New(t, prefix)
 	k, err := NewKernel(WithNetNS(ns.Fd()))

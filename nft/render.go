@@ -46,16 +46,6 @@ func Render(rs *Ruleset) string {
 	return b.String()
 }
 
-// RenderReplace is Render preceded by commands that remove the table first, so that `nft -f` of
-// the text replaces whatever the table held, atomically (one nft transaction).
-func RenderReplace(rs *Ruleset) string {
-	if rs == nil {
-		return ""
-	}
-	t := fmt.Sprintf("%s %s", rs.Table.Family, renderName(rs.Table.Name))
-	return "add table " + t + "\ndelete table " + t + "\n" + Render(rs)
-}
-
 // RenderRule writes one rule's statements (and comment) as nft prints them inside a chain of a
 // table of family f, e.g. `ip daddr . meta l4proto . th dport vmap @service-ips`.
 func RenderRule(f Family, r Rule) string {

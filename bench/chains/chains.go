@@ -309,18 +309,6 @@ func endpointChain(svcChain string, d nft.DNAT) string {
 	return name
 }
 
-// Stats counts what a ruleset asks the kernel to hold.
-type Stats struct{ Chains, Rules, Sets, Elements int }
-
-// Count returns rs's object counts.
-func Count(rs *nft.Ruleset) Stats {
-	s := Stats{Chains: len(rs.Chains), Rules: len(rs.Rules), Sets: len(rs.Sets)}
-	for _, els := range rs.Elements {
-		s.Elements += len(els)
-	}
-	return s
-}
-
 // Full is the transaction that creates rs in an empty namespace.
 func Full(rs *nft.Ruleset) *nft.Transaction {
 	tx := nft.NewTransaction(rs.Table)

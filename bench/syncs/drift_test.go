@@ -2,7 +2,6 @@ package syncs
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -21,18 +20,4 @@ func TestDriftQuick(t *testing.T) {
 	if r.Repairs == 0 || r.ElementsAfter != r.ElementsWant || r.ElementsWant == 0 {
 		t.Errorf("after nft flush ruleset: %d repairs counted, %d elements back of %d", r.Repairs, r.ElementsAfter, r.ElementsWant)
 	}
-}
-
-// TestDriftMeasure records the drift figures at 10k Services (bench/README.md). Run with
-// NFTPROXY_MEASURE=1.
-func TestDriftMeasure(t *testing.T) {
-	if os.Getenv("NFTPROXY_MEASURE") == "" {
-		t.Skip("set NFTPROXY_MEASURE=1 to measure")
-	}
-	netns.Skip(t)
-	r, err := MeasureDrift(context.Background(), 10000, 10, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(r)
 }

@@ -1,7 +1,9 @@
 package workload
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"time"
@@ -104,6 +106,23 @@ func (w *Workload) NodeObject() *corev1.Node {
 		n.Addresses = append(n.Addresses, a.String())
 	}
 	return n.Object()
+}
+
+// WriteManifest writes the workload as manifest mode reads it: the Node, then each Service and
+// its EndpointSlice, as JSON documents (bench/cmd/manifests, bench/cmd/heap). The slices carry a
+// fixed trigger time, so the same workload writes the same bytes.
+func (w *Workload) WriteManifest(out io.Writer) error {
+	bw := bufio.NewWriter(out)
+	if err := fixture.Write(bw, w.NodeObject()); err != nil {
+		return err
+	}
+	trigger := time.Unix(1_800_000_000, 0)
+	for _, s := range w.Services {
+		if err := fixture.Write(bw, ServiceObject(s), SliceObject(s, trigger)); err != nil {
+			return fmt.Errorf("write Service %s: %w", s.Key, err)
+		}
+	}
+	return bw.Flush()
 }
 
 // Namespaces lists the namespaces the workload's Services live in.

@@ -26,15 +26,16 @@ type Cleaner struct {
 	h   *netlink.Handle
 	log logr.Logger
 	obs Observer
-	now func() time.Time
 }
 
 type options struct {
-	nsFd    int
-	obs     Observer
-	timeout time.Duration
-	now     func() time.Time
+	nsFd int
+	obs  Observer
 }
+
+// socketTimeout bounds each netlink send and receive, so a wedged kernel call cannot hold up the
+// sync loop forever.
+const socketTimeout = 10 * time.Second
 
 // Option configures New.
 type Option func(*options)
@@ -45,16 +46,9 @@ func WithNetNSFd(fd int) Option { return func(o *options) { o.nsFd = fd } }
 // WithObserver reports each family's deletions and duration to obs.
 func WithObserver(obs Observer) Option { return func(o *options) { o.obs = obs } }
 
-// WithSocketTimeout bounds each netlink send and receive (default 10 s), so a wedged kernel
-// call cannot hold up the sync loop forever.
-func WithSocketTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
-
-// WithClock replaces time.Now for the durations reported to the Observer.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
-
 // New opens the netlink socket. Close releases it.
 func New(log logr.Logger, opts ...Option) (*Cleaner, error) {
-	o := options{nsFd: -1, timeout: 10 * time.Second, now: time.Now}
+	o := options{nsFd: -1}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -66,11 +60,11 @@ func New(log logr.Logger, opts ...Option) (*Cleaner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open conntrack netlink socket: %w (needs CAP_NET_ADMIN and the nf_conntrack_netlink module)", err)
 	}
-	if err := h.SetSocketTimeout(o.timeout); err != nil {
+	if err := h.SetSocketTimeout(socketTimeout); err != nil {
 		h.Close()
 		return nil, fmt.Errorf("set conntrack netlink socket timeout: %w", err)
 	}
-	return &Cleaner{h: h, log: log, obs: o.obs, now: o.now}, nil
+	return &Cleaner{h: h, log: log, obs: o.obs}, nil
 }
 
 // Close releases the netlink socket.
@@ -109,7 +103,7 @@ func (c *Cleaner) Cleanup(ctx context.Context, targets []Target) (Result, error)
 			errs = append(errs, fmt.Errorf("conntrack cleanup %s: %w", fam.name, err))
 			break
 		}
-		start := c.now()
+		start := time.Now()
 		n, err := c.h.ConntrackDeleteFilters(netlink.ConntrackTable, fam.family, m)
 		if errors.Is(err, netlink.ErrDumpInterrupted) {
 			// The table changed during the dump: what was read was cleaned; read again for the rest.
@@ -119,7 +113,7 @@ func (c *Cleaner) Cleanup(ctx context.Context, targets []Target) (Result, error)
 		}
 		*fam.count = int(n)
 		if c.obs != nil {
-			c.obs.ConntrackCleaned(fam.name, int(n), c.now().Sub(start), err)
+			c.obs.ConntrackCleaned(fam.name, int(n), time.Since(start), err)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("delete stale %s UDP conntrack entries (%d deleted): %w", fam.name, n, err))

@@ -16,7 +16,7 @@ const WatchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 // is decoded on its own and passes the informer's transform (the slimmer, the parsed slices) as
 // it arrives, so the initial state is never in memory twice: a list holds every page of the
 // response and every object decoded whole until the last page is in (cmd/nftproxy/app's
-// TestKubeMemoryProfile measures both).
+// BenchmarkKubeMemoryProfile measures both).
 //
 // The API server serves streams from its watch cache when its WatchList feature is on (beta
 // and on by default from 1.32, off in 1.33, on again from 1.34); otherwise it refuses the

@@ -25,7 +25,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/metrics"
 )
 
 // Where the kernel publishes the ephemeral port range and the ports kept out of it, for the
@@ -38,6 +37,22 @@ const (
 // DefaultInterval is how often Run checks again.
 const DefaultInterval = 30 * time.Second
 
+// The range labels a Check reports counts under: which configured range a count is for. They
+// are the values of the metrics package's "range" label; this package owns them so that the
+// allocator's controller, which reads the sysctls through ReadFiles, does not depend on metrics
+// (and through it on the data plane).
+const (
+	// LabelNodePortRange is --service-node-port-range.
+	LabelNodePortRange = "node_port_range"
+	// LabelBlockRange is --range-node-port-range, where blocks may lie.
+	LabelBlockRange = "block_range"
+	// LabelBlocks is the node-port blocks the node programs (their ports summed).
+	LabelBlocks = "blocks"
+)
+
+// Labels returns every range label; each Check reports a count for each of them.
+func Labels() []string { return []string{LabelNodePortRange, LabelBlockRange, LabelBlocks} }
+
 // Block is one node-port block the node programs.
 type Block struct {
 	// Name says whose block it is ("ns/svc/tcp/rtp").
@@ -45,7 +60,8 @@ type Block struct {
 	Range allocator.Range
 }
 
-// Observer receives the number of overlapping ports per range label (metrics.LocalPorts).
+// Observer receives the number of overlapping ports per range label (Labels; the daemon passes
+// metrics.LocalPorts).
 type Observer interface {
 	Overlap(rangeLabel string, ports int)
 }
@@ -70,7 +86,7 @@ type Config struct {
 
 // Finding is one range with ports the kernel may pick as ephemeral source ports.
 type Finding struct {
-	// Label is the gauge's range label (metrics.Overlap*).
+	// Label is the range label (one of Labels).
 	Label string
 	// What names the range: a flag and its value, or a block and its Service.
 	What    string
@@ -124,20 +140,23 @@ func (c *Checker) Check() ([]Finding, error) {
 	}
 	c.lastErr = ""
 	var found []Finding
-	counts := map[string]int{metrics.OverlapNodePortRange: 0, metrics.OverlapBlockRange: 0, metrics.OverlapBlocks: 0}
+	counts := map[string]int{}
+	for _, l := range Labels() {
+		counts[l] = 0
+	}
 	check := func(label, what string, r allocator.Range) {
 		if runs := allocator.EphemeralOverlap(r, eph, reserved); len(runs) > 0 {
 			found = append(found, Finding{Label: label, What: what, Overlap: runs})
 			counts[label] += allocator.RangesSize(runs)
 		}
 	}
-	check(metrics.OverlapNodePortRange, "--service-node-port-range "+c.cfg.NodePortRange.String(), c.cfg.NodePortRange)
+	check(LabelNodePortRange, "--service-node-port-range "+c.cfg.NodePortRange.String(), c.cfg.NodePortRange)
 	if c.cfg.BlockRange != (allocator.Range{}) {
-		check(metrics.OverlapBlockRange, "--range-node-port-range "+c.cfg.BlockRange.String(), c.cfg.BlockRange)
+		check(LabelBlockRange, "--range-node-port-range "+c.cfg.BlockRange.String(), c.cfg.BlockRange)
 	}
 	if c.cfg.Blocks != nil {
 		for _, b := range c.cfg.Blocks() {
-			check(metrics.OverlapBlocks, "node-port block "+b.Range.String()+" of "+b.Name, b.Range)
+			check(LabelBlocks, "node-port block "+b.Range.String()+" of "+b.Name, b.Range)
 		}
 	}
 	if c.cfg.Observer != nil {

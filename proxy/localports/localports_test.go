@@ -8,10 +8,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
@@ -32,43 +30,22 @@ func (l *testLog) grep(s string) []string {
 	return out
 }
 
-// testGauge is the daemon's gauge on a registry of its own.
-type testGauge struct {
-	*metrics.LocalPorts
-	reg *prometheus.Registry
-}
+// testGauge records the last count the Checker reported per range label, as the daemon's gauge
+// holds it.
+type testGauge struct{ last map[string]int }
 
-func newGauge(t *testing.T) testGauge {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	m, err := metrics.NewLocalPorts(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testGauge{m, reg}
-}
+func newGauge(*testing.T) *testGauge { return &testGauge{last: map[string]int{}} }
 
-// gauge is the exposed value of nftproxy_ephemeral_overlap_ports{range=label}.
-func gauge(t *testing.T, m testGauge, label string) int {
+func (g *testGauge) Overlap(label string, ports int) { g.last[label] = ports }
+
+// gauge is the last count reported for label; a label never reported fails the test.
+func gauge(t *testing.T, g *testGauge, label string) int {
 	t.Helper()
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	n, ok := g.last[label]
+	if !ok {
+		t.Fatalf("range %q never reported (reported: %v)", label, g.last)
 	}
-	for _, f := range fams {
-		if f.GetName() != metrics.EphemeralOverlapPorts {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "range" && l.GetValue() == label {
-					return int(s.GetGauge().GetValue())
-				}
-			}
-		}
-	}
-	t.Fatalf("%s{range=%q} not exposed", metrics.EphemeralOverlapPorts, label)
-	return 0
+	return n
 }
 
 // TestCheckerReportsChanges: a lasting overlap is logged once, its end is logged, the gauge
@@ -98,12 +75,12 @@ func TestCheckerReportsChanges(t *testing.T) {
 			}
 		}
 	}
-	step("defaults", 0, map[string]int{metrics.OverlapNodePortRange: 0, metrics.OverlapBlockRange: 0, metrics.OverlapBlocks: 0})
+	step("defaults", 0, map[string]int{LabelNodePortRange: 0, LabelBlockRange: 0, LabelBlocks: 0})
 	if n := len(log.grep("WARNING")); n != 0 {
 		t.Errorf("defaults: %d warnings, want none:\n%s", n, strings.Join(log.lines, "\n"))
 	}
 	eph = allocator.MustParseRange("20050-40000")
-	step("wide ephemeral range", 3, map[string]int{metrics.OverlapNodePortRange: 2768, metrics.OverlapBlockRange: 9950, metrics.OverlapBlocks: 50})
+	step("wide ephemeral range", 3, map[string]int{LabelNodePortRange: 2768, LabelBlockRange: 9950, LabelBlocks: 50})
 	step("same again", 3, nil)
 	for _, want := range []string{
 		"--service-node-port-range 30000-32767 overlaps the node's ephemeral ports at 30000-32767",
@@ -115,14 +92,14 @@ func TestCheckerReportsChanges(t *testing.T) {
 		}
 	}
 	readErr = errors.New("boom")
-	step("read fails", 0, map[string]int{metrics.OverlapNodePortRange: 2768})
+	step("read fails", 0, map[string]int{LabelNodePortRange: 2768})
 	c.Check()
 	if got := log.grep("boom"); len(got) != 1 {
 		t.Errorf("a lasting read error logged %d times, want once", len(got))
 	}
 	readErr = nil
 	eph = allocator.MustParseRange("32768-60999")
-	step("fixed", 0, map[string]int{metrics.OverlapNodePortRange: 0, metrics.OverlapBlockRange: 0, metrics.OverlapBlocks: 0})
+	step("fixed", 0, map[string]int{LabelNodePortRange: 0, LabelBlockRange: 0, LabelBlocks: 0})
 	if got := log.grep("no longer overlap"); len(got) != 1 {
 		t.Errorf("the end of the overlap logged %d times, want once:\n%s", len(got), strings.Join(log.lines, "\n"))
 	}
@@ -170,9 +147,9 @@ func TestCheckInNamespace(t *testing.T) {
 	if got := log.grep(want); len(got) != 1 {
 		t.Errorf("want the warning %q, got:\n%s", want, strings.Join(log.lines, "\n"))
 	}
-	for label, n := range map[string]int{metrics.OverlapNodePortRange: 768 + 1000, metrics.OverlapBlockRange: 0, metrics.OverlapBlocks: 0} {
+	for label, n := range map[string]int{LabelNodePortRange: 768 + 1000, LabelBlockRange: 0, LabelBlocks: 0} {
 		if got := gauge(t, m, label); got != n {
-			t.Errorf("gauge %s{range=%q} = %d, want %d", metrics.EphemeralOverlapPorts, label, got, n)
+			t.Errorf("gauge %s{range=%q} = %d, want %d", "range", label, got, n)
 		}
 	}
 }

@@ -87,17 +87,6 @@ func ParseMetrics(body string) (Sample, error) {
 	return m, sc.Err()
 }
 
-// Sum adds every series of metric name (all label sets).
-func (m Sample) Sum(name string) float64 {
-	var s float64
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			s += v
-		}
-	}
-	return s
-}
-
 // Delta is after minus before for one series.
 func Delta(before, after Sample, series string) float64 { return after[series] - before[series] }
 

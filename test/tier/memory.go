@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// This file holds what the in-process memory harnesses share (manifest mode's TestMemoryProfile
-// in proxy/manifest/pipeline, Kubernetes mode's TestKubeMemoryProfile in cmd/nftproxy/app).
+// This file holds what the in-process memory measurements share (manifest mode's bench/cmd/heap,
+// Kubernetes mode's BenchmarkKubeMemoryProfile in cmd/nftproxy/app).
 
 // SamplePeakHeap samples the heap in use (objects plus unused spans, HeapInuse) every 2 ms
 // until the returned function is called, which returns the largest value seen.
@@ -42,16 +42,14 @@ func SamplePeakHeap() func() uint64 {
 }
 
 // ResetPeakRSS resets this process's VmHWM (writing 5 to clear_refs), so PeakRSS(os.Getpid())
-// measures what follows only; what follows is named in the log line of a failed reset.
-func ResetPeakRSS(t *testing.T, before string) {
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Logf("VmHWM not reset (%v): peak RSS includes %s", err, before)
-	}
+// measures what follows only. On an error the peak keeps what came before; the caller says so.
+func ResetPeakRSS() error {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
 
 // EnvInt is the integer in environment variable name, def when it is unset; a value that is
 // not an integer fails t.
-func EnvInt(t *testing.T, name string, def int) int {
+func EnvInt(t testing.TB, name string, def int) int {
 	t.Helper()
 	s := os.Getenv(name)
 	if s == "" {

@@ -9,15 +9,12 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/nftproxy/nftproxy/bench/workload"
-	"github.com/nftproxy/nftproxy/test/fixture"
 )
 
 func main() {
@@ -45,18 +42,9 @@ func write(dir string, services, endpoints int, seed int64) error {
 	if err != nil {
 		return err
 	}
-	w := bufio.NewWriter(f)
 	wl := workload.Generate(workload.DefaultSpec(services, endpoints, seed))
-	if err := fixture.Write(w, wl.NodeObject()); err != nil {
-		return err
-	}
-	trigger := time.Unix(1_800_000_000, 0)
-	for _, s := range wl.Services {
-		if err := fixture.Write(w, workload.ServiceObject(s), workload.SliceObject(s, trigger)); err != nil {
-			return err
-		}
-	}
-	if err := w.Flush(); err != nil {
+	if err := wl.WriteManifest(f); err != nil {
+		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
