@@ -118,8 +118,9 @@ func (b *Builder) affinityRules(f *reconciler.Fragment, p *portPlan, eps []model
 func (b *Builder) affinitySet(f *reconciler.Fragment, p *portPlan, ep model.Endpoint) string {
 	set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
 	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
+		// The size the kernel gives a dynamic set anyway, said here so a read-back equals it.
 		f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
-			Timeout: p.sp.AffinityTimeout, Comment: comment(p.name, " clients of "+endpointText(ep))})
+			Timeout: p.sp.AffinityTimeout, Size: nft.DynsetDefaultSize, Comment: comment(p.name, " clients of "+endpointText(ep))})
 	}
 	return set
 }
