@@ -138,8 +138,7 @@ func TestTrafficPolicies(t *testing.T) {
 }
 
 // testAffinity: pod-4's connections stick to the endpoint its first one reached; the kernel's
-// affinity sets hold pod-4 in exactly one endpoint's set; once the timeout has passed the sets
-// are empty and a new connection picks afresh (a new pick differs from the old one with
+// affinity map holds one entry for pod-4; once the timeout has passed it is gone and a new connection picks afresh (a new pick differs from the old one with
 // probability 2/3, so up to 8 rounds are tried).
 func testAffinity(t *testing.T, e *env) {
 	pod4 := e.lab.Pod(4)
@@ -152,13 +151,13 @@ func testAffinity(t *testing.T, e *env) {
 		t.Fatalf("12 more connections after the first reached %s: got %s, want all on %s", first.Reply.Pod, got, first.Reply.Pod)
 	}
 	if n := e.affinityEntries(pod4.IPv4); n != 1 {
-		t.Fatalf("pod-4 is in %d affinity sets, want 1:\n%s", n, e.ruleset())
+		t.Fatalf("pod-4 has %d affinity entries, want 1:\n%s", n, e.ruleset())
 	}
 	prev := first.Reply.Pod
 	for round := 1; ; round++ {
 		time.Sleep(affinitySeconds*time.Second + 500*time.Millisecond)
 		if n := e.affinityEntries(pod4.IPv4); n != 0 {
-			t.Fatalf("after the %d s timeout pod-4 is still in %d affinity sets:\n%s", affinitySeconds, n, e.ruleset())
+			t.Fatalf("after the %d s timeout pod-4 still has %d affinity entries:\n%s", affinitySeconds, n, e.ruleset())
 		}
 		r := pod4.Dial(e.ctx, "tcp", addr)
 		if r.Outcome != lab.Replied {
@@ -174,15 +173,16 @@ func testAffinity(t *testing.T, e *env) {
 	}
 }
 
-// affinityEntries counts the elements equal to a in the node's affinity sets.
+// affinityEntries counts the elements of client a in the node's affinity sets (ip6: one per
+// endpoint) and maps (ip: the shared "affinity" maps, keyed by client . frontend).
 func (e *env) affinityEntries(a netip.Addr) int {
 	e.t.Helper()
 	n := 0
 	inAffinity := false
 	for _, line := range strings.Split(e.ruleset(), "\n") {
 		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "set ") {
-			inAffinity = strings.HasPrefix(line, "set aff-")
+		if strings.HasPrefix(line, "set ") || strings.HasPrefix(line, "map ") {
+			inAffinity = strings.HasPrefix(line, "set aff-") || line == "map affinity {" || line == "map affinity-addr {"
 			continue
 		}
 		if inAffinity && strings.Contains(line, a.String()+" ") || inAffinity && strings.Contains(line, a.String()+",") {
