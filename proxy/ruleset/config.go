@@ -34,8 +34,9 @@ type Config struct {
 	AffinityMapSize uint32
 }
 
-// DefaultAffinityMapSize is the default bound of each shared affinity map.
-const DefaultAffinityMapSize = 1 << 20
+// DefaultAffinityMapSize is the default bound of each shared affinity map: 262,144 client .
+// frontend entries (bench/README.md gives the kernel memory an entry takes).
+const DefaultAffinityMapSize = 1 << 18
 
 func (c *Config) affinityMapSize() uint32 {
 	if c.AffinityMapSize == 0 {

@@ -3,6 +3,7 @@ package app
 import (
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -21,31 +22,33 @@ import (
 // Options are the flags of `run` and `render`. Names follow kube-proxy's where the meaning is
 // the same, so existing configuration carries over.
 type Options struct {
-	Manifests      string
-	Kubeconfig     string
-	Master         string
-	NodeName       string
-	Once           bool
-	ProxyName      string
-	Table          string
-	Families       string
-	ClusterCIDRs   prefixList
-	ServiceCIDRs   prefixList
-	NodePortCIDRs  prefixList
-	MasqueradeAll  bool
-	MasqueradeBit  int
-	DropBit        int
-	MinSyncPeriod  syncPeriod
-	FullSyncPeriod time.Duration
-	DriftEvents    bool
-	HealthzAddress string
-	MetricsAddress string
-	Profiling      bool
-	HealthzTimeout time.Duration
-	Verbosity      int
-	StateDir       string
-	NodePortRange  string
-	BlockRange     string
+	Manifests     string
+	Kubeconfig    string
+	Master        string
+	NodeName      string
+	Once          bool
+	ProxyName     string
+	Table         string
+	Families      string
+	ClusterCIDRs  prefixList
+	ServiceCIDRs  prefixList
+	NodePortCIDRs prefixList
+	MasqueradeAll bool
+	MasqueradeBit int
+	// AffinityMapSize bounds each shared ClientIP affinity map (ip tables).
+	AffinityMapSize uint
+	DropBit         int
+	MinSyncPeriod   syncPeriod
+	FullSyncPeriod  time.Duration
+	DriftEvents     bool
+	HealthzAddress  string
+	MetricsAddress  string
+	Profiling       bool
+	HealthzTimeout  time.Duration
+	Verbosity       int
+	StateDir        string
+	NodePortRange   string
+	BlockRange      string
 	// MaxManifestBytes is the per-file size limit of the manifest loader.
 	MaxManifestBytes int64
 	ReservedPorts    string
@@ -179,6 +182,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", detectClusterCIDR, "which traffic is the cluster's own (not masqueraded to ClusterIPs, short-circuited to LoadBalancer IPs of externalTrafficPolicy=Local Services): ClusterCIDR (from --cluster-cidr) or NodeCIDR (from this Node's spec.podCIDRs, read at start)")
 	fs.StringVar(&o.ConfigFile, "config", "", "kube-proxy's configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1; kubeadm's kube-proxy ConfigMap as it is): read strictly, every field mapped to a flag, warned about or refused with its reason; flags given on the command line override it")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")
+	fs.UintVar(&o.AffinityMapSize, "affinity-map-size", ruleset.DefaultAffinityMapSize, "most client . Service address entries each shared sessionAffinity ClientIP map (IPv4) holds; when full, new clients are still spread over the endpoints but not remembered (about 100-130 bytes of kernel memory per entry)")
 	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
 	fs.StringVar(&o.NodePortRange, "service-node-port-range", policy.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
@@ -243,11 +247,14 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	if masq == drop {
 		return nil, fmt.Errorf("--masquerade-bit and --drop-bit are both %d: choose two different bits", o.DropBit)
 	}
+	if o.AffinityMapSize < 1 || o.AffinityMapSize > math.MaxUint32 {
+		return nil, fmt.Errorf("--affinity-map-size %d: use 1 to %d entries", o.AffinityMapSize, uint64(math.MaxUint32))
+	}
 	var out []*ruleset.Builder
 	for _, f := range fams {
 		b, err := ruleset.NewBuilder(ruleset.Config{Family: f, Table: o.Table, MasqueradeMark: masq, DropMark: drop,
 			MasqueradeAll: o.MasqueradeAll, ClusterCIDRs: o.ClusterCIDRs, ServiceCIDRs: o.ServiceCIDRs,
-			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName})
+			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName, AffinityMapSize: uint32(o.AffinityMapSize)})
 		if err != nil {
 			return nil, err
 		}
