@@ -13,6 +13,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/netns"
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
@@ -63,7 +64,11 @@ func policyServices() []fixture.Service {
 	itpRemote := policyWeb("itp-remote", 23, remote(2)...)
 	itpRemote.Edit = internalLocal
 
+	// Dual-stack with a LoadBalancer IP: ip keeps affinity per frontend in a shared map, ip6 in a
+	// set per endpoint.
 	sticky := policyWeb("sticky", 24, local(1, 2, 3)...)
+	sticky.ClusterIPs = append(sticky.ClusterIPs, lab.ClusterIPv6(24))
+	sticky.Type, sticky.LoadBalancerIPs, sticky.AllocateNodePorts = "LoadBalancer", []netip.Addr{lab.LoadBalancerIPv4(24)}, ptrTo(false)
 	sticky.Edit = func(s *corev1.Service) {
 		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo(int32(affinitySeconds))}}
@@ -135,6 +140,7 @@ func TestTrafficPolicies(t *testing.T) {
 		}
 	})
 	t.Run("affinity sticks, then expires", func(t *testing.T) { testAffinity(t, e) })
+	t.Run("affinity per frontend and in IPv6", func(t *testing.T) { testAffinityFrontends(t, e) })
 }
 
 // testAffinity: pod-4's connections stick to the endpoint its first one reached; the kernel's
@@ -169,6 +175,33 @@ func testAffinity(t *testing.T, e *env) {
 		}
 		if round == 8 {
 			t.Fatalf("after 8 expiries pod-4 always went back to %s: the affinity never expires", prev)
+		}
+	}
+}
+
+// testAffinityFrontends: a client sticks through the LoadBalancer IP (its own entry: ip keys
+// affinity by frontend) and through the IPv6 ClusterIP (a set per endpoint), each entry
+// recorded in the kernel.
+func testAffinityFrontends(t *testing.T, e *env) {
+	c1, pod4 := e.lab.Client(1), e.lab.Pod(4)
+	for _, c := range []struct {
+		name   string
+		ns     *netns.NS
+		addr   string
+		client netip.Addr
+	}{
+		{"client-1 through the LoadBalancer IP", c1.NS, hostPort(lab.LoadBalancerIPv4(24), 80), c1.IPv4},
+		{"pod-4 through the IPv6 ClusterIP", pod4.NS, hostPort(lab.ClusterIPv6(24), 80), pod4.IPv6},
+	} {
+		first := lab.Dial(e.ctx, c.ns, "tcp", c.addr)
+		if first.Outcome != lab.Replied {
+			t.Fatalf("%s, first connection: %v", c.name, first)
+		}
+		if got := lab.Spread(e.ctx, c.ns, "tcp", c.addr, 12); got.Pods[first.Reply.Pod] != 12 {
+			t.Errorf("%s: 12 more connections after the first reached %s: got %s, want all there", c.name, first.Reply.Pod, got)
+		}
+		if n := e.affinityEntries(c.client); n != 1 {
+			t.Errorf("%s: %d affinity entries of %s, want 1:\n%s", c.name, n, c.client, e.ruleset())
 		}
 	}
 }
