@@ -126,11 +126,21 @@ func (r *Reconciler) pruneSet(ctx context.Context, d nft.SetElementsDumper, tb *
 	if err != nil {
 		return 0, err
 	}
+	// A dump that meets the kernel resizing the map's hash table may list an element twice
+	// (and miss others: a later prune meets them): delete each key once, or the kernel
+	// refuses the second delete and with it the batch.
 	var stale []nft.Element
+	seen := map[string]bool{}
 	for _, e := range els {
 		k, endpoint := dataKey(set, e.Data)
-		if !endpoint || tb.rec.lost[k] || (full && tb.rec.n[k] == 0) {
-			stale = append(stale, nft.Element{Set: set, Key: e.Key})
+		if endpoint && !tb.rec.lost[k] && (!full || tb.rec.n[k] > 0) {
+			continue
+		}
+		el := nft.Element{Set: set, Key: e.Key}
+		p := nft.Pack(&el)
+		if id := p.ID(); !seen[id] {
+			seen[id] = true
+			stale = append(stale, el)
 		}
 	}
 	for attempt := 0; len(stale) > 0; attempt++ {

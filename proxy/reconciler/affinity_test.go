@@ -120,6 +120,21 @@ func TestAffinityEntriesOfRemovedEndpoints(t *testing.T) {
 				t.Fatalf("adding an endpoint: pruned %d (%v), want 0", res.AffinityPruned, err)
 			}
 
+			// A restart with the same model: the packet path's entries are not drift.
+			before := clients()
+			r = reconciler.New(k, logr.Discard(), time.Now, tb)
+			r.Set(tb, reconciler.Owner{}, affinityBase())
+			r.Set(tb, web, affinityService("198.18.128.1", "198.18.128.2", "198.18.128.3"))
+			res, err = r.Commit(ctx, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = slices.DeleteFunc(before, func(s string) bool { return s == "198.18.1.6>0.0.0.0" })
+			if got := clients(); res.Ops != 0 || res.Repairs != 0 || !slices.Equal(got, want) {
+				t.Fatalf("a restart with the same model: %d ops, %d repairs, entries %v; want 0, 0, %v (only the all-zero entry gone)",
+					res.Ops, res.Repairs, got, want)
+			}
+
 			// A restart: a new reconciler, a full Commit, a model without 198.18.128.3.
 			r = reconciler.New(k, logr.Discard(), time.Now, tb)
 			r.Set(tb, reconciler.Owner{}, affinityBase())
@@ -132,5 +147,50 @@ func TestAffinityEntriesOfRemovedEndpoints(t *testing.T) {
 				t.Fatalf("after a restart without 198.18.128.3: entries %v, want %v (the all-zero entry gone too)", got, want)
 			}
 		})
+	}
+}
+
+// doubling lists every element of a set twice, as a kernel dump may while the set's hash table
+// is being resized.
+type doubling struct {
+	*nft.Fake
+	applies *int
+}
+
+func (d doubling) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	*d.applies++
+	return d.Fake.Apply(ctx, tx)
+}
+
+func (d doubling) DumpSetElements(ctx context.Context, t nft.Table, set string) ([]nft.Element, error) {
+	els, err := d.Fake.DumpSetElements(ctx, t, set)
+	return append(els, els...), err
+}
+
+// TestAffinityPruneDumpListsTwice: an element a read-back lists twice is deleted once, in one
+// transaction (a second delete of it would make the kernel refuse the whole batch).
+func TestAffinityPruneDumpListsTwice(t *testing.T) {
+	ctx := context.Background()
+	applies := 0
+	k := doubling{nft.NewFake(), &applies}
+	tb := nft.Table{Family: nft.IPv4, Name: "nftproxy"}
+	web := reconciler.Owner{Namespace: "default", Name: "web"}
+	r := reconciler.New(k, logr.Discard(), time.Now, tb)
+	r.Set(tb, reconciler.Owner{}, affinityBase())
+	r.Set(tb, web, affinityService("198.18.128.1", "198.18.128.2"))
+	if _, err := r.Commit(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	seed := nft.NewTransaction(tb)
+	seed.Add(entry("198.18.1.1", "198.18.128.1"))
+	seed.Add(entry("198.18.1.2", "198.18.128.2"))
+	if _, err := k.Apply(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	r.Set(tb, web, affinityService("198.18.128.1"))
+	applies = 0
+	res, err := r.Commit(ctx, false)
+	if err != nil || res.AffinityPruned != 1 || applies != 2 {
+		t.Fatalf("after removing 198.18.128.2: pruned %d (%v) in %d transactions, want 1 in 2 (the sync's, the prune's)", res.AffinityPruned, err, applies)
 	}
 }

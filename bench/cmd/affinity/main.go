@@ -4,7 +4,8 @@
 // with every Service port sticky against the same workload without affinity, alternating in
 // one run. It drives the builder and the reconciler as the daemon does (one transaction) and
 // prints, per case, the sync's wall time, the kernel's time for the batch (from the first byte
-// sent to the answer) and the process's system CPU time. Needs root. See bench/README.md.
+// sent to the answer) and the process's system CPU time; with -prune, the sync that removes an
+// endpoint while the affinity map holds that many entries. Needs root. See bench/README.md.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/bench/workload"
@@ -35,6 +37,7 @@ func main() {
 	endpoints := flag.Int("endpoints", 10, "endpoints per Service port of the workload case")
 	runs := flag.Int("runs", 3, "runs per case")
 	skipWide := flag.Bool("skip-wide", false, "skip the wide Service")
+	prune := flag.Int("prune", 0, "entries in the affinity map when an endpoint is removed (0: skip the case; at most 131072)")
 	flag.Parse()
 	ctx := context.Background()
 	b, err := ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
@@ -42,6 +45,9 @@ func main() {
 		log.Fatal(err)
 	}
 	for r := 0; r < *runs; r++ {
+		if *prune > 0 {
+			pruneCase(r, b, *prune)
+		}
 		if !*skipWide {
 			node, svcs := wide(*ports, *wideEps)
 			report(fmt.Sprintf("wide %d ports x %d endpoints, affinity", *ports, *wideEps), r, b, node, svcs)
@@ -119,6 +125,57 @@ func report(name string, run int, b *ruleset.Builder, node *model.Node, services
 	fmt.Fprintf(os.Stdout, "%-40s run=%d full-sync=%v kernel=%v sys=%v ops=%d sets=%d chains=%d rules=%d\n",
 		name, run, total.Round(time.Millisecond), res.Stats.Duration.Round(time.Millisecond), (s1 - s0).Round(time.Millisecond),
 		res.Ops, c.Sets, c.Chains, c.Rules)
+}
+
+// pruneCase: one sticky Service port with 10 endpoints, n clients recorded in the affinity map
+// (added from here, as the packet path would), then a sync that removes one endpoint: the
+// reconciler reads the map back and deletes that endpoint's entries within the sync.
+func pruneCase(run int, b *ruleset.Builder, n int) {
+	ns, err := netns.Create("nftp-affp")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ns.Close()
+	k, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close()
+	node, svcs := wide(1, 10)
+	owner := reconciler.Owner{Namespace: "bench", Name: "wide"}
+	lg := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
+	r := reconciler.New(k, lg, time.Now, b.Table())
+	r.Set(b.Table(), reconciler.Owner{}, b.Base(node))
+	r.Set(b.Table(), owner, b.Service(node, svcs[0]))
+	if _, err := r.Commit(context.Background(), true); err != nil {
+		log.Fatal(err)
+	}
+	sp := svcs[0].Ports[0]
+	tx := nft.NewTransaction(b.Table())
+	for i := 0; i < n; i++ {
+		ep := sp.Endpoints[i%len(sp.Endpoints)]
+		tx.Add(&nft.Element{Set: ruleset.MapAffinity, Timeout: time.Hour,
+			Key:  []nft.Value{nft.Addr(clientAddr(i)), nft.Addr(sp.ClusterIPs[0]), nft.Proto(unix.IPPROTO_TCP), nft.Port(sp.Port)},
+			Data: []nft.Value{nft.Addr(ep.Addr), nft.Port(ep.Port)}})
+	}
+	if _, err := k.Apply(context.Background(), tx); err != nil {
+		log.Fatalf("seed %d entries: %v", n, err)
+	}
+	svcs[0].Ports[0].Endpoints = sp.Endpoints[1:]
+	r.Set(b.Table(), owner, b.Service(node, svcs[0]))
+	start := time.Now()
+	res, err := r.Commit(context.Background(), false)
+	total := time.Since(start)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%-40s run=%d sync=%v pruned=%d (of %d entries)\n", "endpoint removed, map loaded", run, total.Round(time.Millisecond), res.AffinityPruned, n)
+}
+
+// clientAddr is the i-th address of 198.18.0.0/15 (i below 131,072).
+func clientAddr(i int) netip.Addr {
+	v := 0xc6120000 + uint32(i)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 func cpuTimes() (user, sys time.Duration) {
