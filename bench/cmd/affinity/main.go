@@ -4,7 +4,8 @@
 // with every Service port sticky against the same workload without affinity, alternating in
 // one run. It drives the builder and the reconciler as the daemon does (one transaction) and
 // prints, per case, the sync's wall time, the kernel's time for the batch (from the first byte
-// sent to the answer) and the process's system CPU time; with -prune, the sync that removes an
+// sent to the answer) and the process's user and system CPU time (which, unlike the wall times,
+// do not grow when other jobs share the CPUs); with -prune, the sync that removes an
 // endpoint while the affinity map holds that many entries. Needs root. See bench/README.md.
 package main
 
@@ -16,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,9 +39,19 @@ func main() {
 	endpoints := flag.Int("endpoints", 10, "endpoints per Service port of the workload case")
 	runs := flag.Int("runs", 3, "runs per case")
 	skipWide := flag.Bool("skip-wide", false, "skip the wide Service")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	prune := flag.Int("prune", 0, "entries in the affinity map when an endpoint is removed (0: skip the case; at most 131072)")
 	flag.Parse()
-	ctx := context.Background()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	b, err := ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
 	if err != nil {
 		log.Fatal(err)
@@ -58,7 +70,6 @@ func main() {
 			report(fmt.Sprintf("%dx%d all with affinity", *services, *endpoints), r, b, w.Node, sticky(w.Services))
 		}
 	}
-	_ = ctx
 }
 
 const day = 24 * time.Hour
@@ -108,7 +119,7 @@ func report(name string, run int, b *ruleset.Builder, node *model.Node, services
 	}
 	defer k.Close()
 	runtime.GC()
-	_, s0 := cpuTimes()
+	u0, s0 := cpuTimes()
 	start := time.Now()
 	r := reconciler.New(k, logr.Discard(), time.Now, b.Table())
 	r.Set(b.Table(), reconciler.Owner{}, b.Base(node))
@@ -117,13 +128,13 @@ func report(name string, run int, b *ruleset.Builder, node *model.Node, services
 	}
 	res, err := r.Commit(context.Background(), true)
 	total := time.Since(start)
-	_, s1 := cpuTimes()
+	u1, s1 := cpuTimes()
 	if err != nil {
 		log.Fatalf("%s: %v", name, err)
 	}
 	c := res.Objects[nft.IPv4]
-	fmt.Fprintf(os.Stdout, "%-40s run=%d full-sync=%v kernel=%v sys=%v ops=%d sets=%d chains=%d rules=%d\n",
-		name, run, total.Round(time.Millisecond), res.Stats.Duration.Round(time.Millisecond), (s1 - s0).Round(time.Millisecond),
+	fmt.Fprintf(os.Stdout, "%-40s run=%d full-sync=%v kernel=%v user=%v sys=%v ops=%d sets=%d chains=%d rules=%d\n",
+		name, run, total.Round(time.Millisecond), res.Stats.Duration.Round(time.Millisecond), (u1 - u0).Round(time.Millisecond), (s1 - s0).Round(time.Millisecond),
 		res.Ops, c.Sets, c.Chains, c.Rules)
 }
 
