@@ -367,11 +367,19 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 		if err != nil {
 			return nil, err
 		}
-		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1}
-		if e.WithPort {
-			nat.RegProtoMin, nat.Specified = codecReg(codecAddrLen(fam)/4), true
+		if e.WithPort && e.Port != 0 {
+			return nil, fmt.Errorf("dnat from map %s: a port from the map and a constant port", e.Map)
 		}
-		return append(loads, &expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: 1, SetName: e.Map, SetID: ref.id}, nat), nil
+		out := append(loads, &expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: 1, SetName: e.Map, SetID: ref.id})
+		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1}
+		switch {
+		case e.WithPort:
+			nat.RegProtoMin, nat.Specified = codecReg(codecAddrLen(fam)/4), true
+		case e.Port != 0:
+			out = append(out, &expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, e.Port)})
+			nat.RegProtoMin, nat.Specified = 2, true
+		}
+		return append(out, nat), nil
 	case Verdict:
 		v, err := codecVerdict(e)
 		if err != nil {

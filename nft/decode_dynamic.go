@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"encoding/binary"
+
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
@@ -10,23 +12,33 @@ import (
 
 // decodeDNATMap matches what follows the key loads of "dnat to <fields> map @m": a lookup from
 // register 1 into register 1, then dnat from register 1 (and the port from the register after
-// the address). k is the number of raw exprs used from the lookup on.
+// the address, or a constant port from an immediate in register 2). k is the number of raw exprs
+// used after the lookup.
 func decodeDNATMap(fam Family, fields []Field, l *expr.Lookup, rest []decodeRaw) (d DNATMap, k int) {
 	if len(rest) < 1 || l.DestRegister != 1 || l.Invert {
 		return d, 0
 	}
-	nat, ok := rest[0].e.(*expr.NAT)
-	if !ok || !decodeNATPlain(nat) {
-		return d, 0
-	}
 	d = DNATMap{Fields: fields, Map: l.SetName}
-	if nat.RegProtoMin != 0 {
+	k = 1
+	if p, ok := rest[0].e.(*expr.Immediate); ok && p.Register == 2 && len(p.Data) == 2 && len(rest) > 1 {
+		d.Port, k = binary.BigEndian.Uint16(p.Data), 2
+	}
+	nat, ok := rest[k-1].e.(*expr.NAT)
+	if !ok || !decodeNATPlain(nat) {
+		return DNATMap{}, 0
+	}
+	switch {
+	case d.Port != 0:
+		if nat.RegProtoMin != 2 {
+			return DNATMap{}, 0
+		}
+	case nat.RegProtoMin != 0:
 		if nat.RegProtoMin != codecReg(codecAddrLen(fam)/4) {
 			return DNATMap{}, 0
 		}
 		d.WithPort = true
 	}
-	return d, 2
+	return d, k
 }
 
 // decodeUpdateData matches "update @m { <fields> : <constants> }" after the key loads: one

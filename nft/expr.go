@@ -186,12 +186,14 @@ type SetUpdate struct {
 
 // DNATMap rewrites the destination to the data of the element of Map whose key is the
 // concatenation of Fields: "dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @m".
-// The map's data is an address (WithPort false: the destination port is kept) or "address .
-// inet_service". Without an element the rule stops there, like a match that did not hold.
+// The map's data is an address (WithPort false: the destination port is kept, or set to Port
+// when not 0: "dnat to ip6 saddr map @m:8080") or "address . inet_service" (WithPort). Without
+// an element the rule stops there, like a match that did not hold.
 type DNATMap struct {
 	Fields   []Field
 	Map      string
 	WithPort bool
+	Port     uint16
 }
 
 func (Cmp) isExpr()         {}

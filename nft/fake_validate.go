@@ -141,6 +141,9 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if !slices.Equal(s.Data, want) {
 				return bad(k, "map %s has data %v, dnat needs %v", s.Name, s.Data, want)
 			}
+			if x.WithPort && x.Port != 0 {
+				return bad(k, "dnat from map %s: a port from the map and a constant port", s.Name)
+			}
 		case Verdict:
 			if err := fakeCheckVerdict(i, op, ft, x); err != nil {
 				return err

@@ -89,7 +89,11 @@ func renderExpr(f Family, e Expr) string {
 		if x.WithPort {
 			to = "dnat " + f.String() + " to"
 		}
-		return fmt.Sprintf("%s %s map @%s", to, renderFields(f, x.Fields), renderName(x.Map))
+		port := ""
+		if x.Port != 0 {
+			port = fmt.Sprintf(":%d", x.Port)
+		}
+		return fmt.Sprintf("%s %s map @%s%s", to, renderFields(f, x.Fields), renderName(x.Map), port)
 	case Verdict:
 		return renderVerdict(x)
 	case Unknown:

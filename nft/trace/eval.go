@@ -259,7 +259,7 @@ func (tr *Tracer) expr(e nft.Expr, st *state) (v nft.Verdict, cont bool) {
 		if len(data) == 0 {
 			return v, false // no element: the rule stops, the packet goes on
 		}
-		port := uint16(0)
+		port := x.Port
 		if x.WithPort {
 			if len(data) < 2 {
 				fail("map %s: element %s has no port", x.Map, keyText(key))

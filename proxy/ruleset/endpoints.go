@@ -60,6 +60,8 @@ func (b *Builder) endpointChain(f *reconciler.Fragment, p *portPlan, chain strin
 	switch {
 	case p.sp.AffinityTimeout > 0 && b.cfg.Family == nft.IPv4:
 		rs = b.affinityMapRules(f, p, eps)
+	case p.sp.AffinityTimeout > 0 && samePort(eps):
+		rs = b.affinityPortMapRules(f, p, eps)
 	case p.sp.AffinityTimeout > 0:
 		rs = b.affinityRules(f, p, eps)
 	default:
@@ -157,7 +159,58 @@ func (b *Builder) recordCascade(p *portPlan, m string, eps []model.Endpoint) []n
 	return rs
 }
 
-// affinityRules implement sessionAffinity ClientIP in an ip6 table. Each endpoint has its own dynamic set of
+// samePort reports whether every endpoint has the same port (0 for ports that keep the port).
+func samePort(eps []model.Endpoint) bool {
+	for _, ep := range eps {
+		if ep.Port != eps[0].Port {
+			return false
+		}
+	}
+	return true
+}
+
+// affinityPortMapRules implement sessionAffinity ClientIP in an ip6 table when the port's
+// endpoints share one port number: a dynamic map of the port's own, client -> endpoint address
+// (AffinityMap), shared by its svc- and local- chains, the port a constant of the DNAT:
+//
+//	meta l4proto tcp ip6 saddr @M update @M { ip6 saddr timeout T : :: } dnat to ip6 saddr map @M:8080
+//	numgen random mod N-i 0 meta l4proto tcp update @M { ip6 saddr timeout T : EP_i } dnat to [EP_i]:8080
+//	numgen random mod N-i 0 meta l4proto tcp dnat to [EP_i]:8080     only when the map is full
+//
+// The key is the client alone: nft 1.0.6 writes an update with data only for keys of at most 16
+// bytes and, in ip6, data of one field, so no shared "client . frontend" map here; stickiness
+// is per Service port across its frontends, as upstream's. One map per sticky port instead of a
+// set per endpoint. The hit reads the port's own map, so rewriting the chain walks that map's
+// entries only.
+func (b *Builder) affinityPortMapRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+	m, t, saddr := AffinityMap(p.sp.Name), p.sp.AffinityTimeout, []nft.Field{nft.FieldSaddr}
+	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == m }) {
+		addr := b.cfg.Family.AddrType()
+		f.Sets = append(f.Sets, nft.Set{Name: m, Key: []nft.Type{addr}, Data: []nft.Type{addr}, Dynamic: true, HasTimeout: true,
+			Size: b.cfg.affinityMapSize(), Comment: comment(p.name, " client -> endpoint")})
+	}
+	var proto []nft.Expr
+	if !p.keepPort {
+		proto = []nft.Expr{protoCmp(p.proto)}
+	}
+	hit := append(append([]nft.Expr{}, proto...), nft.CmpSet{Fields: saddr, Set: m},
+		nft.SetUpdate{Fields: saddr, Set: m, Timeout: t, Data: []nft.Value{nft.Addr(netip.IPv6Unspecified())}},
+		nft.DNATMap{Fields: saddr, Map: m, Port: eps[0].Port})
+	rs := []nft.Rule{rule(comment(p.name, ": affinity"), hit...)}
+	for i, ep := range eps {
+		var ex []nft.Expr
+		if n := uint32(len(eps) - i); n > 1 {
+			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
+		}
+		ex = append(append(ex, proto...), nft.SetUpdate{Fields: saddr, Set: m, Timeout: t, Data: []nft.Value{nft.Addr(ep.Addr)}},
+			nft.DNAT{Addr: ep.Addr, Port: ep.Port})
+		rs = append(rs, rule(comment(p.name, fmt.Sprintf(": new client, endpoint %d of %d", i+1, len(eps))), ex...))
+	}
+	return append(rs, b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })...)
+}
+
+// affinityRules implement sessionAffinity ClientIP in an ip6 table whose endpoints differ in
+// their port (the map's data cannot hold one there). Each endpoint has its own dynamic set of
 // client addresses whose elements expire after the affinity timeout (AffinitySet). A client
 // found in an endpoint's set goes back to that endpoint and refreshes its entry; a new client
 // gets an endpoint picked uniformly by a chain of "numgen random mod N-i 0" matches (the i-th

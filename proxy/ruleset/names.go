@@ -234,6 +234,10 @@ func FirewallChain(p model.PortName) string { return portObjectName("fw", p) }
 // "src-HASH-ns/name/tcp/http".
 func SourceRangesSet(p model.PortName) string { return portObjectName("src", p) }
 
+// AffinityMap names the dynamic map of an ip6 table's ServicePort with ClientIP affinity, client
+// -> endpoint address: "affmap-HASH-ns/name/tcp/http".
+func AffinityMap(p model.PortName) string { return portObjectName("affmap", p) }
+
 // AffinitySet names the dynamic set of the clients stuck to one endpoint of a ServicePort with
 // ClientIP affinity: "aff-HASH-ns/name/tcp/http__198.18.128.10/8080" (an IPv6 address with dots
 // for colons, which nft names cannot hold). HASH covers the endpoint too, so a cut name stays

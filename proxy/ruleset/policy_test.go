@@ -199,35 +199,58 @@ func TestSessionAffinity(t *testing.T) {
 	}
 }
 
-// TestSessionAffinityIPv6 keeps one dynamic set per endpoint in ip6 tables (nft 1.0.6 cannot
-// write an update with data whose key is wider than 16 bytes, so the shared map cannot be
-// listed and re-read there): a client sticks across the port's frontends.
+// TestSessionAffinityIPv6: an ip6 table keeps one dynamic map per sticky port, client ->
+// endpoint address (nft 1.0.6 cannot write a shared "client . frontend" map's update there), so a
+// client sticks across the port's frontends; a port whose endpoints differ in their port number
+// keeps a set per endpoint.
 func TestSessionAffinityIPv6(t *testing.T) {
 	b, err := NewBuilder(Config{Family: nft.IPv6, MasqueradeMark: 0x4000, DropMark: 0x8000, NodeName: thisNode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "web6"}, Ports: []model.ServicePort{{
-		Name: pn("default", "web6", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs("fd00:19::10"),
-		LoadBalancerIPs: addrs("fd00:19::100"), AffinityTimeout: 3 * time.Second, Endpoints: ready(8080, "fd00:18::a", "fd00:18::b"),
-	}}}
-	rs := b.Ruleset(nil, []*model.Service{svc})
-	var sets []string
-	for _, s := range rs.Sets {
-		if strings.HasPrefix(s.Name, "aff-") {
-			sets = append(sets, s.Name)
-			if !s.Dynamic || s.Timeout != 3*time.Second || s.Size != nft.DynsetDefaultSize {
-				t.Errorf("affinity set %+v: want a dynamic set with timeout 3s and the kernel's default size", s)
+	svc := func(eps ...model.Endpoint) *model.Service {
+		return &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "web6"}, Ports: []model.ServicePort{{
+			Name: pn("default", "web6", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs("fd00:19::10"),
+			LoadBalancerIPs: addrs("fd00:19::100"), AffinityTimeout: 3 * time.Second, Endpoints: eps,
+		}}}
+	}
+	sets := func(rs *nft.Ruleset, prefix string) (out []nft.Set) {
+		for _, s := range rs.Sets {
+			if strings.HasPrefix(s.Name, prefix) {
+				out = append(out, s)
 			}
 		}
+		return out
 	}
-	if len(sets) != 2 {
-		t.Fatalf("affinity sets %v, want one per endpoint (2)", sets)
+	rs := b.Ruleset(nil, []*model.Service{svc(ready(8080, "fd00:18::a", "fd00:18::b")...)})
+	maps := sets(rs, "affmap-")
+	if len(maps) != 1 || len(sets(rs, "aff-")) != 0 || !maps[0].Dynamic || len(maps[0].Data) != 1 {
+		t.Fatalf("sets %v, want one dynamic map client -> address for the port, no set per endpoint", rs.Sets)
 	}
 	tr := newTracer(t, rs)
+	if got := tr.run(tcp("fd00:18::1:1", "fd00:19::10", 80)); len(got.dnat) != 2 {
+		t.Fatalf("a new client: candidates %v, want both endpoints", got.dnat)
+	}
 	first := tr.connect(tcp("fd00:18::1:1", "fd00:19::10", 80), func(uint32) uint32 { return 1 })
-	if got := tr.run(tcp("fd00:18::1:1", "fd00:19::100", 80)); !slices.Equal(got.dnat, first.dnat) {
-		t.Errorf("the same client through the LoadBalancer IP: got %v, want %v", got.dnat, first.dnat)
+	for _, dst := range []string{"fd00:19::10", "fd00:19::100"} {
+		if got := tr.run(tcp("fd00:18::1:1", dst, 80)); !slices.Equal(got.dnat, first.dnat) {
+			t.Errorf("the same client to %s: got %v, want %v (per Service port)", dst, got.dnat, first.dnat)
+		}
+	}
+	tr.expire()
+	if got := tr.run(tcp("fd00:18::1:1", "fd00:19::10", 80)); len(got.dnat) != 2 {
+		t.Errorf("after the timeout: candidates %v, want both endpoints", got.dnat)
+	}
+
+	mixed := append(ready(8080, "fd00:18::a"), ready(9090, "fd00:18::b")...)
+	rs = b.Ruleset(nil, []*model.Service{svc(mixed...)})
+	if n, m := len(sets(rs, "aff-")), len(sets(rs, "affmap-")); n != 2 || m != 0 {
+		t.Fatalf("endpoints on two port numbers: %d per-endpoint sets and %d maps, want 2 and 0", n, m)
+	}
+	for _, s := range sets(rs, "aff-") {
+		if s.Timeout != 3*time.Second || s.Size != nft.DynsetDefaultSize {
+			t.Errorf("affinity set %+v: want timeout 3s and the kernel's default size", s)
+		}
 	}
 }
 

@@ -180,7 +180,7 @@ func testAffinity(t *testing.T, e *env) {
 }
 
 // testAffinityFrontends: a client sticks through the LoadBalancer IP (its own entry: ip keys
-// affinity by frontend) and through the IPv6 ClusterIP (a set per endpoint), each entry
+// affinity by frontend) and through the IPv6 ClusterIP (the port's own map), each entry
 // recorded in the kernel.
 func testAffinityFrontends(t *testing.T, e *env) {
 	c1, pod4 := e.lab.Client(1), e.lab.Pod(4)
@@ -206,8 +206,9 @@ func testAffinityFrontends(t *testing.T, e *env) {
 	}
 }
 
-// affinityEntries counts the elements of client a in the node's affinity sets (ip6: one per
-// endpoint) and maps (ip: the shared "affinity" maps, keyed by client . frontend).
+// affinityEntries counts the elements of client a in the node's affinity maps (ip: the shared
+// "affinity" maps, keyed by client . frontend; ip6: one per port, keyed by client) and sets (ip6
+// ports whose endpoints differ in their port: one per endpoint).
 func (e *env) affinityEntries(a netip.Addr) int {
 	e.t.Helper()
 	n := 0
@@ -215,7 +216,8 @@ func (e *env) affinityEntries(a netip.Addr) int {
 	for _, line := range strings.Split(e.ruleset(), "\n") {
 		line = strings.TrimSpace(line)
 		if strings.HasPrefix(line, "set ") || strings.HasPrefix(line, "map ") {
-			inAffinity = strings.HasPrefix(line, "set aff-") || line == "map affinity {" || line == "map affinity-addr {"
+			inAffinity = strings.HasPrefix(line, "set aff-") || strings.HasPrefix(line, "map affmap-") ||
+				line == "map affinity {" || line == "map affinity-addr {"
 			continue
 		}
 		if inAffinity && strings.Contains(line, a.String()+" ") || inAffinity && strings.Contains(line, a.String()+",") {
