@@ -39,6 +39,7 @@ func main() {
 	endpoints := flag.Int("endpoints", 10, "endpoints per Service port of the workload case")
 	runs := flag.Int("runs", 3, "runs per case")
 	skipWide := flag.Bool("skip-wide", false, "skip the wide Service")
+	wide6 := flag.Bool("wide-ip6", false, "also the wide Service in an ip6 table")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	prune := flag.Int("prune", 0, "entries in the affinity map when an endpoint is removed (0: skip the case; at most 131072)")
 	flag.Parse()
@@ -56,6 +57,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	b6, err := ruleset.NewBuilder(ruleset.Config{Family: nft.IPv6, MasqueradeMark: 0x4000, DropMark: 0x8000})
+	if err != nil {
+		log.Fatal(err)
+	}
 	for r := 0; r < *runs; r++ {
 		if *prune > 0 {
 			pruneCase(r, b, *prune)
@@ -63,6 +68,10 @@ func main() {
 		if !*skipWide {
 			node, svcs := wide(*ports, *wideEps)
 			report(fmt.Sprintf("wide %d ports x %d endpoints, affinity", *ports, *wideEps), r, b, node, svcs)
+		}
+		if *wide6 {
+			node, svcs := wide6Service(*ports, *wideEps)
+			report(fmt.Sprintf("ip6 wide %d ports x %d endpoints, affinity", *ports, *wideEps), r, b6, node, svcs)
 		}
 		if *services > 0 {
 			w := workload.Generate(workload.DefaultSpec(*services, *endpoints, 1))
@@ -90,6 +99,21 @@ func wide(ports, n int) (*model.Node, []*model.Service) {
 		svc.Ports = append(svc.Ports, sp)
 	}
 	return &model.Node{Name: "node-a", Addresses: []netip.Addr{workload.NodeAddr}}, []*model.Service{svc}
+}
+
+// wide6Service is wide in IPv6 (fd00::/8).
+func wide6Service(ports, n int) (*model.Node, []*model.Service) {
+	node, svcs := wide(ports, n)
+	for i := range svcs[0].Ports {
+		sp := &svcs[0].Ports[i]
+		sp.ClusterIPs = []netip.Addr{netip.MustParseAddr("fd00:19::10")}
+		for j := range sp.Endpoints {
+			a4 := sp.Endpoints[j].Addr.As4()
+			sp.Endpoints[j].Addr = netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x18, 12: a4[0], 13: a4[1], 14: a4[2], 15: a4[3]})
+		}
+	}
+	node.Addresses = []netip.Addr{netip.MustParseAddr("fd00:18::1")}
+	return node, svcs
 }
 
 // sticky copies services with ClientIP affinity (a day) on every port.
@@ -132,7 +156,7 @@ func report(name string, run int, b *ruleset.Builder, node *model.Node, services
 	if err != nil {
 		log.Fatalf("%s: %v", name, err)
 	}
-	c := res.Objects[nft.IPv4]
+	c := res.Objects[b.Family()]
 	fmt.Fprintf(os.Stdout, "%-40s run=%d full-sync=%v kernel=%v user=%v sys=%v ops=%d sets=%d chains=%d rules=%d\n",
 		name, run, total.Round(time.Millisecond), res.Stats.Duration.Round(time.Millisecond), (u1 - u0).Round(time.Millisecond), (s1 - s0).Round(time.Millisecond),
 		res.Ops, c.Sets, c.Chains, c.Rules)
