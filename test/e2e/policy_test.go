@@ -285,3 +285,54 @@ func TestTopologyRendered(t *testing.T) {
 		})
 	}
 }
+
+// TestAffinityMapFull runs the daemon with --affinity-map-size 1: the first client is
+// remembered and sticks; the map then refuses every other client's entry, and the kernel stops
+// a rule whose update failed, so only the plain cascade after the recording one DNATs them:
+// every connection of theirs must still be answered, by any of the endpoints. Then an endpoint
+// is removed: the remembered client's entry goes with it if it pointed there (the prune), and
+// every client is still answered.
+func TestAffinityMapFull(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Clients: 2, Pods: 4, Ports: []lab.PortSpec{lab.Port(8080)}})
+	svc := policyWeb("sticky-full", 30, local(1, 2, 3)...)
+	svc.Edit = func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo(int32(3600))}}
+	}
+	e.write(svc)
+	e.flags = append(e.flags, "--affinity-map-size", "1")
+	e.start(svc)
+	addr := hostPort(lab.ClusterIPv4(30), 80)
+	pod4 := e.lab.Pod(4)
+	first := pod4.Dial(e.ctx, "tcp", addr)
+	if first.Outcome != lab.Replied {
+		t.Fatalf("pod-4, first connection: %v", first)
+	}
+	if got := pod4.Spread(e.ctx, "tcp", addr, 6); got.Pods[first.Reply.Pod] != 6 {
+		t.Fatalf("pod-4 (remembered): 6 more connections got %s, want all on %s", got, first.Reply.Pod)
+	}
+	for _, c := range []*lab.Host{e.lab.Client(1), e.lab.Client(2)} {
+		got := lab.Spread(e.ctx, c.NS, "tcp", addr, 12)
+		if n := got.Pods["pod-1"] + got.Pods["pod-2"] + got.Pods["pod-3"]; n != 12 {
+			t.Errorf("%s with the map full: %s, want all 12 connections answered", c.IPv4, got)
+		}
+		if n := e.affinityEntries(c.IPv4); n != 0 {
+			t.Errorf("%s: %d affinity entries in a map of size 1 that pod-4 fills", c.IPv4, n)
+		}
+	}
+
+	// Remove the endpoint pod-4 is stuck to: its entry is deleted after the sync.
+	var kept []fixture.Endpoint
+	for _, ep := range local(1, 2, 3) {
+		if fmt.Sprintf("pod-%d", ep.Pod) != first.Reply.Pod {
+			kept = append(kept, ep)
+		}
+	}
+	svc.Endpoints = kept
+	e.write(svc)
+	e.waitFor("pod-4's affinity entry deleted with its endpoint", func(string) bool { return e.affinityEntries(pod4.IPv4) == 0 })
+	if r := pod4.Dial(e.ctx, "tcp", addr); r.Outcome != lab.Replied || r.Reply.Pod == first.Reply.Pod {
+		t.Errorf("pod-4 after its endpoint %s was removed: %v, want an answer from another pod", first.Reply.Pod, r)
+	}
+}
