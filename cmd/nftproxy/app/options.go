@@ -22,33 +22,31 @@ import (
 // Options are the flags of `run` and `render`. Names follow kube-proxy's where the meaning is
 // the same, so existing configuration carries over.
 type Options struct {
-	Manifests     string
-	Kubeconfig    string
-	Master        string
-	NodeName      string
-	Once          bool
-	ProxyName     string
-	Table         string
-	Families      string
-	ClusterCIDRs  prefixList
-	ServiceCIDRs  prefixList
-	NodePortCIDRs prefixList
-	MasqueradeAll bool
-	MasqueradeBit int
-	// AffinityMapSize bounds each shared ClientIP affinity map (ip tables).
-	AffinityMapSize uint
-	DropBit         int
-	MinSyncPeriod   syncPeriod
-	FullSyncPeriod  time.Duration
-	DriftEvents     bool
-	HealthzAddress  string
-	MetricsAddress  string
-	Profiling       bool
-	HealthzTimeout  time.Duration
-	Verbosity       int
-	StateDir        string
-	NodePortRange   string
-	BlockRange      string
+	Manifests      string
+	Kubeconfig     string
+	Master         string
+	NodeName       string
+	Once           bool
+	ProxyName      string
+	Table          string
+	Families       string
+	ClusterCIDRs   prefixList
+	ServiceCIDRs   prefixList
+	NodePortCIDRs  prefixList
+	MasqueradeAll  bool
+	MasqueradeBit  int
+	DropBit        int
+	MinSyncPeriod  syncPeriod
+	FullSyncPeriod time.Duration
+	DriftEvents    bool
+	HealthzAddress string
+	MetricsAddress string
+	Profiling      bool
+	HealthzTimeout time.Duration
+	Verbosity      int
+	StateDir       string
+	NodePortRange  string
+	BlockRange     string
 	// MaxManifestBytes is the per-file size limit of the manifest loader.
 	MaxManifestBytes int64
 	ReservedPorts    string
@@ -58,6 +56,8 @@ type Options struct {
 	// NodePortPrimary is --nodeport-addresses primary: node ports on the Node's primary address
 	// of each family only; NodePortCIDRs is then set from the Node at start (nodeinfo.go).
 	NodePortPrimary bool
+	// AffinityMapSize is --affinity-map-size: the bound of each shared ClientIP affinity map.
+	AffinityMapSize uint
 	// DetectLocalMode is ClusterCIDR (--cluster-cidr is the cluster's traffic) or NodeCIDR (the
 	// Node's spec.podCIDRs, read at start, are).
 	DetectLocalMode string
@@ -241,14 +241,14 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--drop-bit: %w", err)
 	}
+	if o.AffinityMapSize < 1 || o.AffinityMapSize > math.MaxUint32 {
+		return nil, fmt.Errorf("--affinity-map-size %d: use 1 to %d entries", o.AffinityMapSize, uint64(math.MaxUint32))
+	}
 	if o.DetectLocalMode != detectClusterCIDR && o.DetectLocalMode != detectNodeCIDR {
 		return nil, fmt.Errorf("--detect-local-mode %q: use ClusterCIDR or NodeCIDR (nftproxy tells the cluster's traffic by its source address)", o.DetectLocalMode)
 	}
 	if masq == drop {
 		return nil, fmt.Errorf("--masquerade-bit and --drop-bit are both %d: choose two different bits", o.DropBit)
-	}
-	if o.AffinityMapSize < 1 || o.AffinityMapSize > math.MaxUint32 {
-		return nil, fmt.Errorf("--affinity-map-size %d: use 1 to %d entries", o.AffinityMapSize, uint64(math.MaxUint32))
 	}
 	var out []*ruleset.Builder
 	for _, f := range fams {
