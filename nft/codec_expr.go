@@ -329,7 +329,57 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return append(loads, &expr.Dynset{SrcRegKey: 1, SetName: e.Set, SetID: ref.id, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: e.Timeout}), nil
+		ds := &expr.Dynset{SrcRegKey: 1, SetName: e.Set, SetID: ref.id, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: e.Timeout}
+		if len(e.Data) > 0 {
+			// The data's fields as immediates of their own length (not padded) in the register
+			// words after the key, as nft 1.0.6 allocates them (ip "saddr . daddr . l4proto .
+			// dport : addr . port": key in 1, 9, 10, 11, data in 2, 13).
+			if len(ref.data) != len(e.Data) {
+				return nil, fmt.Errorf("update of map %s: data has %d fields, the map %d", e.Set, len(e.Data), len(ref.data))
+			}
+			w := codecKeyWords(fam, e.Fields)
+			if w%4 != 0 {
+				w += 4 - w%4 // nft starts the data at the next 16-byte register
+			}
+			ds.SrcRegData = codecReg(w)
+			for k, v := range e.Data {
+				b, err := codecAppendValue(nil, v, ref.data[k], false)
+				if err != nil {
+					return nil, fmt.Errorf("update of map %s: data field %d: %w", e.Set, k, err)
+				}
+				loads = append(loads, &expr.Immediate{Register: codecReg(w), Data: b})
+				w += codecPad4(len(b)) / 4
+			}
+			if w > 16 {
+				return nil, fmt.Errorf("update of map %s: key and data take %d register words, the kernel has 16", e.Set, w)
+			}
+		}
+		return append(loads, ds), nil
+	case DNATMap:
+		ref, err := c.sets(e.Map)
+		if err != nil {
+			return nil, err
+		}
+		if ref.interval {
+			return nil, fmt.Errorf("map %s: dnat from a map needs a hash map, not an interval map", e.Map)
+		}
+		loads, err := codecKeyLoads(fam, e.Fields, false)
+		if err != nil {
+			return nil, err
+		}
+		if e.WithPort && e.Port != 0 {
+			return nil, fmt.Errorf("dnat from map %s: a port from the map and a constant port", e.Map)
+		}
+		out := append(loads, &expr.Lookup{SourceRegister: 1, IsDestRegSet: true, DestRegister: 1, SetName: e.Map, SetID: ref.id})
+		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(fam), RegAddrMin: 1}
+		switch {
+		case e.WithPort:
+			nat.RegProtoMin, nat.Specified = codecReg(codecAddrLen(fam)/4), true
+		case e.Port != 0:
+			out = append(out, &expr.Immediate{Register: 2, Data: binary.BigEndian.AppendUint16(nil, e.Port)})
+			nat.RegProtoMin, nat.Specified = 2, true
+		}
+		return append(out, nat), nil
 	case Verdict:
 		v, err := codecVerdict(e)
 		if err != nil {

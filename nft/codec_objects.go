@@ -341,9 +341,18 @@ func (b *codecBatch) set(i int, verb Verb, s *Set) error {
 		w.u64(unix.NFTA_SET_TIMEOUT, uint64(s.Timeout.Milliseconds()))
 	}
 	w.u32(unix.NFTA_SET_ID, info.id)
-	if len(s.Key) > 1 && s.Interval {
-		// Per-field lengths, which pipapo needs; the kernel refuses them without NFT_SET_CONCAT.
+	if concat := len(s.Key) > 1 && s.Interval; concat || s.Size > 0 {
 		d := w.nest(unix.NFTA_SET_DESC)
+		if s.Size > 0 {
+			w.u32(unix.NFTA_SET_DESC_SIZE, s.Size)
+		}
+		if !concat {
+			w.endNest(d)
+			w.attr(unix.NFTA_SET_USERDATA, codecSetUdata(s, info.modulus))
+			w.endMsg(m)
+			return nil
+		}
+		// Per-field lengths, which pipapo needs; the kernel refuses them without NFT_SET_CONCAT.
 		c := w.nest(codecSetDescConcat)
 		for _, t := range s.Key {
 			ti, _ := codecType(t)

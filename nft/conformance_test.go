@@ -183,7 +183,7 @@ func TestFakeConformance(t *testing.T) {
 // expr.go, so a new expression type cannot be added without conformance cases and a renderer.
 func confAllExprs() []Expr {
 	return []Expr{Cmp{}, CmpPrefix{}, CmpSet{}, VMap{}, MarkTest{}, CtState{}, CtStatus{},
-		FibAddrType{}, MarkOr{}, MarkXor{}, Masquerade{}, DNAT{}, DNATNumgen{}, NumgenMatch{}, Reject{},
+		FibAddrType{}, MarkOr{}, MarkXor{}, Masquerade{}, DNAT{}, DNATNumgen{}, DNATMap{}, NumgenMatch{}, Reject{},
 		SetUpdate{}, Verdict{}, Unknown{}}
 }
 

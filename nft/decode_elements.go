@@ -422,3 +422,33 @@ func (d *decodeElems) joinIntervals() error {
 	d.raws, d.arena = nil, nil
 	return nil
 }
+
+// SetElementsDumper reads the elements of one set back without the rest of its table: what a
+// caller that prunes the packet path's entries of a dynamic map needs, at the cost of that map
+// alone.
+type SetElementsDumper interface {
+	DumpSetElements(ctx context.Context, t Table, set string) ([]Element, error)
+}
+
+// DumpSetElements reads back the elements of set in table t. A missing set is an error for
+// which IsNotFound is true.
+func (k *Kernel) DumpSetElements(ctx context.Context, t Table, set string) ([]Element, error) {
+	sets, err := k.kernelSetsOf(ctx, t, false)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := sets[set]
+	if !ok {
+		if sets, err = k.kernelSetsOf(ctx, t, true); err != nil {
+			return nil, err
+		}
+		if s, ok = sets[set]; !ok {
+			return nil, fmt.Errorf("dump set %s of table %s: %w", set, t, unix.ENOENT)
+		}
+	}
+	els, err := k.dumpElements(ctx, k.conn, t, &s, nil)
+	if err != nil {
+		return nil, fmt.Errorf("dump set %s of table %s: %w", set, t, err)
+	}
+	return els, nil
+}

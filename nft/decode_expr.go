@@ -365,6 +365,13 @@ func decodeFieldShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr,
 			if e.DestRegister == unix.NFT_REG_VERDICT && !e.Invert {
 				return VMap{Fields: fields, Map: e.SetName}, n + 1
 			}
+			if d, k := decodeDNATMap(fam, fields, e, raws[n+1:]); k > 0 {
+				return d, n + 1 + k
+			}
+		case *expr.Immediate:
+			if u, k := decodeUpdateData(fam, fields, raws[n:], sets); k > 0 {
+				return u, n + k
+			}
 		case *expr.Dynset:
 			if e.SrcRegKey == 1 && e.SrcRegData == 0 && e.Operation == unix.NFT_DYNSET_OP_UPDATE && !e.Invert && len(e.Exprs) == 0 {
 				return SetUpdate{Fields: fields, Set: e.SetName, Timeout: e.Timeout}, n + 1

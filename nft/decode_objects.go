@@ -143,10 +143,14 @@ func (k *Kernel) dumpSets(ctx context.Context, t Table) ([]Set, error) {
 		if flags&unix.NFT_SET_ANONYMOUS != 0 {
 			return nil // anonymous sets belong to their rule
 		}
-		nKey := 0
+		nKey, size := 0, uint32(0)
 		if d, ok := a[unix.NFTA_SET_DESC]; ok {
-			if c, ok := nlAttrMap(d)[codecSetDescConcat]; ok {
+			da := nlAttrMap(d)
+			if c, ok := da[codecSetDescConcat]; ok {
 				nKey = len(nlParseAttrs(c))
+			}
+			if sz, ok := da[unix.NFTA_SET_DESC_SIZE]; ok {
+				size = nlU32(sz)
 			}
 		}
 		s := Set{
@@ -154,6 +158,7 @@ func (k *Kernel) dumpSets(ctx context.Context, t Table) ([]Set, error) {
 			Key:      decodeTypes(nlU32(a[unix.NFTA_SET_KEY_TYPE]), nKey),
 			Interval: flags&unix.NFT_SET_INTERVAL != 0,
 			Dynamic:  flags&unix.NFT_SET_EVAL != 0,
+			Size:     size,
 		}
 		if dt, ok := a[unix.NFTA_SET_DATA_TYPE]; ok && flags&unix.NFT_SET_MAP != 0 {
 			s.Data = decodeTypes(nlU32(dt), 0)

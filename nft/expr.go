@@ -172,10 +172,28 @@ type NumgenMatch struct {
 
 // SetUpdate adds (or refreshes) the concatenation of Fields in a dynamic set from the packet path:
 // "update @affinity { ip saddr }". Timeout 0 uses the set's default.
+//
+// With Data, Set is a map and the element added is "Fields : Data" (constants): "update @m { ip
+// saddr . ip daddr . meta l4proto . th dport timeout 3h : 198.18.0.1 . 8080 }". On an element
+// that exists the kernel only refreshes its expiration and keeps its data. When the map is full
+// (Set.Size) the update fails and the rule stops there, like a match that did not hold.
 type SetUpdate struct {
 	Fields  []Field
 	Set     string
 	Timeout time.Duration
+	Data    []Value
+}
+
+// DNATMap rewrites the destination to the data of the element of Map whose key is the
+// concatenation of Fields: "dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @m".
+// The map's data is an address (WithPort false: the destination port is kept, or set to Port
+// when not 0: "dnat to ip6 saddr map @m:8080") or "address . inet_service" (WithPort). Without
+// an element the rule stops there, like a match that did not hold.
+type DNATMap struct {
+	Fields   []Field
+	Map      string
+	WithPort bool
+	Port     uint16
 }
 
 func (Cmp) isExpr()         {}
@@ -191,6 +209,7 @@ func (MarkXor) isExpr()     {}
 func (Masquerade) isExpr()  {}
 func (DNAT) isExpr()        {}
 func (DNATNumgen) isExpr()  {}
+func (DNATMap) isExpr()     {}
 func (Reject) isExpr()      {}
 func (NumgenMatch) isExpr() {}
 func (SetUpdate) isExpr()   {}

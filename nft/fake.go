@@ -296,3 +296,19 @@ func fakeDescribe(t Table, o Object) string {
 	}
 	return fmt.Sprintf("%T in table %s", o, t)
 }
+
+// DumpSetElements reads back the elements of set in table t (see SetElementsDumper).
+func (f *Fake) DumpSetElements(ctx context.Context, t Table, set string) ([]Element, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dump set %s of table %s: %w", set, t, err)
+	}
+	ft := f.tables[t]
+	if ft == nil || ft.sets[set] == nil {
+		return nil, fmt.Errorf("dump set %s of table %s: %w", set, t, syscall.ENOENT)
+	}
+	var out []Element
+	for _, e := range ft.sets[set].elems {
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -6,6 +6,8 @@ import "time"
 // endpoint, a sticky rule that refreshes and reuses it, and a chain of numgen matches that picks
 // an endpoint uniformly and records the choice in that endpoint's set.
 func confAffinityCases() []confCase {
+	affKey := []Type{TypeIPv4Addr, TypeIPv4Addr, TypeInetProto, TypeInetService}
+	affFields := []Field{FieldSaddr, FieldDaddr, FieldL4Proto, FieldDport}
 	ep := func(name string) *Set {
 		return &Set{Name: name, Key: []Type{TypeIPv4Addr}, Dynamic: true, Timeout: 3 * time.Second, Comment: "ns/web/tcp/http"}
 	}
@@ -27,6 +29,7 @@ func confAffinityCases() []confCase {
 				want: `table ip nftproxy {
 	set aff-a {
 		type ipv4_addr
+		size 65535
 		flags dynamic,timeout
 		timeout 3s
 		comment "ns/web/tcp/http"
@@ -34,6 +37,7 @@ func confAffinityCases() []confCase {
 
 	set aff-b {
 		type ipv4_addr
+		size 65535
 		flags dynamic,timeout
 		timeout 3s
 		comment "ns/web/tcp/http"
@@ -54,6 +58,65 @@ func confAffinityCases() []confCase {
 }
 `},
 			{ops: []confBuild{add(rule("svc", "", NumgenMatch{Modulus: 0}))}, err: fail("numerical result out of range", 0), want: confSame},
+		}},
+		{name: "rule/affinity-shared-map", steps: []confStep{
+			{ops: []confBuild{add(&TableObj{}), add(base("nat-prerouting", ChainTypeNAT, HookPrerouting, -100)), add(ch("hit")), add(ch("svc")),
+				add(&Set{Name: "affinity", Key: affKey, Data: []Type{TypeIPv4Addr, TypeInetService}, Dynamic: true, HasTimeout: true, Size: 1 << 20}),
+				add(&Set{Name: "affinity-addr", Key: affKey, Data: []Type{TypeIPv4Addr}, Dynamic: true, HasTimeout: true}),
+				add(&Set{Name: "plain", Key: []Type{TypeIPv4Addr}, Dynamic: true, HasTimeout: true, Size: 16}),
+				add(rule("nat-prerouting", "", jump("svc"))),
+				add(rule("hit", "", CmpSet{Fields: affFields, Set: "affinity"},
+					SetUpdate{Fields: affFields, Set: "affinity", Timeout: 3 * time.Second, Data: []Value{v("0.0.0.0"), Port(0)}},
+					DNATMap{Fields: affFields, Map: "affinity", WithPort: true})),
+				add(rule("svc", "", jump("hit"))),
+				add(rule("svc", "", NumgenMatch{Modulus: 2, Value: 0}, Cmp{Field: FieldL4Proto, Value: Proto(tcp)},
+					SetUpdate{Fields: affFields, Set: "affinity", Timeout: 3 * time.Second, Data: []Value{v("198.18.0.1"), Port(8080)}},
+					DNAT{Addr: ip("198.18.0.1"), Port: 8080})),
+				add(rule("svc", "", SetUpdate{Fields: affFields, Set: "affinity-addr", Timeout: 3 * time.Second, Data: []Value{v("198.18.0.2")}},
+					DNAT{Addr: ip("198.18.0.2")})),
+			},
+				want: `table ip nftproxy {
+	map affinity {
+		type ipv4_addr . ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service
+		size 1048576
+		flags dynamic,timeout
+	}
+
+	map affinity-addr {
+		type ipv4_addr . ipv4_addr . inet_proto . inet_service : ipv4_addr
+		size 65535
+		flags dynamic,timeout
+	}
+
+	set plain {
+		type ipv4_addr
+		size 16
+		flags dynamic,timeout
+	}
+
+	chain hit {
+		ip saddr . ip daddr . meta l4proto . th dport @affinity update @affinity { ip saddr . ip daddr . meta l4proto . th dport timeout 3s : 0.0.0.0 . 0 } dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity
+	}
+
+	chain nat-prerouting {
+		type nat hook prerouting priority -100; policy accept;
+		jump svc
+	}
+
+	chain svc {
+		jump hit
+		numgen random mod 2 0 meta l4proto tcp update @affinity { ip saddr . ip daddr . meta l4proto . th dport timeout 3s : 198.18.0.1 . 8080 } dnat to 198.18.0.1:8080
+		update @affinity-addr { ip saddr . ip daddr . meta l4proto . th dport timeout 3s : 198.18.0.2 } dnat to 198.18.0.2
+	}
+}
+`},
+			// A data map needs data in an update; a plain set takes none.
+			{ops: []confBuild{add(rule("svc", "", SetUpdate{Fields: affFields, Set: "affinity"}))}, err: fail("invalid", 0), want: confSame},
+			{ops: []confBuild{add(rule("svc", "", SetUpdate{Fields: []Field{FieldSaddr}, Set: "plain", Data: []Value{v("198.18.0.1")}}))},
+				err: fail("invalid", 0), want: confSame},
+			// dnat from a map: it must exist and hold data.
+			{ops: []confBuild{add(rule("svc", "", DNATMap{Fields: affFields, Map: "nosuch"}))}, err: fail("notfound", 0), want: confSame},
+			{ops: []confBuild{add(rule("svc", "", DNATMap{Fields: []Field{FieldSaddr}, Map: "plain"}))}, err: fail("invalid", 0), want: confSame},
 		}},
 	}
 }

@@ -184,6 +184,7 @@ func confObjectCases() []confCase {
 				want: `table ip nftproxy {
 	set aff {
 		type ipv4_addr
+		size 65535
 		flags dynamic,timeout
 		timeout 3h
 	}

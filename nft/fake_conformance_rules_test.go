@@ -67,6 +67,7 @@ func confEveryExpr(f Family) []confBuild {
 const confEveryExprWant4 = `table ip nftproxy {
 	set aff {
 		type ipv4_addr
+		size 65535
 		flags dynamic,timeout
 		timeout 3h
 	}

@@ -260,6 +260,7 @@ func (w *fakeTx) applyRule(i int, op Op, ft *fakeTable, r *Rule) error {
 		nr := Rule{Chain: r.Chain, Comment: r.Comment, Handle: ft.handle, Exprs: fakeCopyExprs(r.Exprs)}
 		ch.rules = append(ch.rules, nr)
 		ft.hold(nr)
+		fakeDynsetDefaultSize(ft, nr)
 		return nil
 	case VerbDelete:
 		if r.Handle == 0 {
@@ -292,6 +293,9 @@ func fakeCopyExprs(in []Expr) []Expr {
 			x.Fields = slices.Clone(x.Fields)
 			e = x
 		case SetUpdate:
+			x.Fields, x.Data = slices.Clone(x.Fields), slices.Clone(x.Data)
+			e = x
+		case DNATMap:
 			x.Fields = slices.Clone(x.Fields)
 			e = x
 		case DNATNumgen:
@@ -319,6 +323,8 @@ func fakeRuleRefs(r Rule) (chains, sets []string) {
 			sets = append(sets, x.Map)
 		case SetUpdate:
 			sets = append(sets, x.Set)
+		case DNATMap:
+			sets = append(sets, x.Map)
 		}
 	}
 	return chains, sets
@@ -362,4 +368,16 @@ func fakeDec(m map[string]int, k string) {
 		return
 	}
 	m[k]--
+}
+
+// fakeDynsetDefaultSize is what the kernel does when an update statement binds a set without a
+// size: it gives the set its default bound, 65535 elements, which a read-back then reports.
+func fakeDynsetDefaultSize(ft *fakeTable, r Rule) {
+	for _, e := range r.Exprs {
+		if u, ok := e.(SetUpdate); ok {
+			if fs := ft.sets[u.Set]; fs != nil && fs.set.Size == 0 {
+				fs.set.Size = DynsetDefaultSize
+			}
+		}
+	}
 }

@@ -117,6 +117,33 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if err := fields(k, x.Fields, s); err != nil {
 				return err
 			}
+			if err := fakeCheckUpdateData(k, x, s, fam, bad); err != nil {
+				return err
+			}
+		case DNATMap:
+			s, err := set(k, x.Map)
+			if err != nil {
+				return err
+			}
+			if !s.IsMap() || s.IsVerdictMap() {
+				return bad(k, "dnat from a map needs a data map; %s is not one", s.Name)
+			}
+			if s.Interval {
+				return bad(k, "map %s: dnat from a map needs a hash map, not an interval map", s.Name)
+			}
+			if err := fields(k, x.Fields, s); err != nil {
+				return err
+			}
+			want := []Type{fam.AddrType()}
+			if x.WithPort {
+				want = append(want, TypeInetService)
+			}
+			if !slices.Equal(s.Data, want) {
+				return bad(k, "map %s has data %v, dnat needs %v", s.Name, s.Data, want)
+			}
+			if x.WithPort && x.Port != 0 {
+				return bad(k, "dnat from map %s: a port from the map and a constant port", s.Name)
+			}
 		case Verdict:
 			if err := fakeCheckVerdict(i, op, ft, x); err != nil {
 				return err
@@ -169,7 +196,7 @@ const fakeJumpStack = 16
 // fakeHookAllows returns why e may not run under base, or "".
 func fakeHookAllows(base *BaseChain, e Expr) string {
 	switch e.(type) {
-	case DNAT, DNATNumgen:
+	case DNAT, DNATNumgen, DNATMap:
 		if base.Type != ChainTypeNAT || (base.Hook != HookPrerouting && base.Hook != HookOutput) {
 			return "dnat needs a nat chain at prerouting or output"
 		}
@@ -255,4 +282,39 @@ func (v *fakeValidator) reachable(from string) []string {
 		}
 	}
 	return queue
+}
+
+// fakeCheckUpdateData is the kernel's check of an update's data: a data map takes data (and a
+// plain set none), of the map's types, and key and data must fit the 16 register words.
+func fakeCheckUpdateData(k int, x SetUpdate, s *Set, fam Family, bad func(int, string, ...any) error) error {
+	if len(x.Data) == 0 {
+		if s.IsMap() {
+			return bad(k, "update of map %s needs data", s.Name)
+		}
+		return nil
+	}
+	if !s.IsMap() || s.IsVerdictMap() {
+		return bad(k, "update with data needs a data map; %s is not one", s.Name)
+	}
+	if len(x.Data) != len(s.Data) {
+		return bad(k, "update of map %s: %d data fields, the map has %d", s.Name, len(x.Data), len(s.Data))
+	}
+	words := 0
+	for _, f := range x.Fields {
+		words += fakeTypeLen(f.Type(fam)) / 4
+	}
+	words = (words + 3) / 4 * 4
+	for j, v := range x.Data {
+		if v.Type != s.Data[j] {
+			return bad(k, "update of map %s: data field %d is %s, the map wants %s", s.Name, j, v.Type, s.Data[j])
+		}
+		if msg := fakeCheckValue(v); msg != "" {
+			return bad(k, "%s", msg)
+		}
+		words += fakeTypeLen(v.Type) / 4
+	}
+	if words > 16 {
+		return bad(k, "update of map %s: key and data take %d register words, the kernel has 16", s.Name, words)
+	}
+	return nil
 }

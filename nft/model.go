@@ -144,6 +144,11 @@ type Set struct {
 	HasTimeout bool
 	// Dynamic lets rules add elements from the packet path (update @set { ... }).
 	Dynamic bool
+	// Size bounds the number of elements (NFTA_SET_DESC_SIZE); 0 sends none. An update from the
+	// packet path into a full set fails (the rule stops). A set without a size that an update
+	// statement binds gets DynsetDefaultSize from the kernel (and reads back so): give dynamic
+	// sets a Size.
+	Size    uint32
 	Comment string
 	// NumgenKey, when non-zero, says the key's last field is the result of "numgen random mod
 	// NumgenKey" (the last Key type is TypeInteger) and Data is an address, or "address .
@@ -155,6 +160,10 @@ type Set struct {
 	// exactly as nft does (codec_objects.go). The modulus in a typeof is only a description.
 	NumgenKey uint32
 }
+
+// DynsetDefaultSize is the bound the kernel gives a set without a size when an update statement
+// binds it.
+const DynsetDefaultSize = 65535
 
 // IsMap reports whether the set maps keys to values.
 func (s *Set) IsMap() bool { return len(s.Data) > 0 }

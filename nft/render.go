@@ -125,6 +125,9 @@ func renderSet(b *strings.Builder, f Family, s *Set, els []Element) {
 // (RenderTransaction).
 func renderSetDecl(f Family, s *Set) []string {
 	out := []string{renderSetType(f, s)}
+	if s.Size > 0 {
+		out = append(out, fmt.Sprintf("size %d", s.Size)) // where nft lists it
+	}
 	var flags []string
 	if s.Dynamic {
 		flags = append(flags, "dynamic")

@@ -76,7 +76,24 @@ func renderExpr(f Family, e Expr) string {
 		if x.Timeout > 0 {
 			out += " timeout " + renderDuration(x.Timeout)
 		}
+		if len(x.Data) > 0 {
+			vals := make([]string, len(x.Data))
+			for k, v := range x.Data {
+				vals[k] = renderValue(v)
+			}
+			out += " : " + strings.Join(vals, " . ")
+		}
 		return out + " }"
+	case DNATMap:
+		to := "dnat to"
+		if x.WithPort {
+			to = "dnat " + f.String() + " to"
+		}
+		port := ""
+		if x.Port != 0 {
+			port = fmt.Sprintf(":%d", x.Port)
+		}
+		return fmt.Sprintf("%s %s map @%s%s", to, renderFields(f, x.Fields), renderName(x.Map), port)
 	case Verdict:
 		return renderVerdict(x)
 	case Unknown:

@@ -17,7 +17,7 @@ type state struct {
 	// numgen choices: forced values for the first draws, and the modulus of every draw made.
 	forced, moduli []uint32
 	pick           func(mod uint32) uint32 // draws past forced; nil: 0
-	dyn            map[string]map[string]bool
+	dyn            map[string]map[string][]nft.Value
 	// path, when non-nil, receives every step (Tracer.Path); hit is the element of the last
 	// vmap lookup that matched, for the step that records it.
 	path *[]Step
@@ -232,7 +232,7 @@ func (tr *Tracer) expr(e nft.Expr, st *state) (v nft.Verdict, cont bool) {
 	case nft.CmpSet:
 		var in bool
 		if tr.dynamic[x.Set] {
-			in = st.dyn[x.Set][keyText(tr.fields(x.Fields, st))]
+			_, in = st.dyn[x.Set][keyText(tr.fields(x.Fields, st))]
 		} else {
 			in = tr.lookup(x.Set, tr.fields(x.Fields, st)) != nil
 		}
@@ -242,9 +242,32 @@ func (tr *Tracer) expr(e nft.Expr, st *state) (v nft.Verdict, cont bool) {
 			fail("update of set %s, which is not dynamic", x.Set)
 		}
 		if st.dyn[x.Set] == nil {
-			st.dyn[x.Set] = map[string]bool{}
+			st.dyn[x.Set] = map[string][]nft.Value{}
 		}
-		st.dyn[x.Set][keyText(tr.fields(x.Fields, st))] = true
+		// An element that exists keeps its data (the kernel only refreshes its expiration).
+		if k := keyText(tr.fields(x.Fields, st)); st.dyn[x.Set][k] == nil {
+			st.dyn[x.Set][k] = append([]nft.Value{}, x.Data...)
+		}
+	case nft.DNATMap:
+		var data []nft.Value
+		key := tr.fields(x.Fields, st)
+		if tr.dynamic[x.Map] {
+			data = st.dyn[x.Map][keyText(key)]
+		} else if el := tr.lookup(x.Map, key); el != nil {
+			data = el.Data
+		}
+		if len(data) == 0 {
+			return v, false // no element: the rule stops, the packet goes on
+		}
+		port := x.Port
+		if x.WithPort {
+			if len(data) < 2 {
+				fail("map %s: element %s has no port", x.Map, keyText(key))
+			}
+			port = uint16(data[1].Num)
+		}
+		st.setDNAT(data[0].Addr, port)
+		return nft.Verdict{Kind: nft.VerdictAccept}, true
 	case nft.NumgenMatch:
 		return v, st.draw(x.Modulus) == x.Value
 	case nft.FibAddrType:

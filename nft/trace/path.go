@@ -82,7 +82,7 @@ func (st *state) describe(e nft.Expr, v nft.Verdict) []string {
 		return []string{fmt.Sprintf("meta mark ^= %#x", x.Bits)}
 	case nft.Masquerade:
 		return []string{"masquerade"}
-	case nft.DNAT, nft.DNATNumgen:
+	case nft.DNAT, nft.DNATNumgen, nft.DNATMap:
 		return []string{"dnat to " + st.dnat[0]}
 	case nft.SetUpdate:
 		return []string{"update @" + x.Set}

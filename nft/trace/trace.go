@@ -94,15 +94,15 @@ type Tracer struct {
 	nodeAddrs []netip.Addr
 	rules     map[string][]nft.Rule
 	chains    map[string]nft.Chain
-	dynamic   map[string]bool            // sets the packet path fills
-	dyn       map[string]map[string]bool // their elements: set -> key text
+	dynamic   map[string]bool                   // sets the packet path fills
+	dyn       map[string]map[string][]nft.Value // their elements: set -> key text -> data (maps)
 }
 
 // New returns a tracer of rs on a node whose local addresses (fib daddr type local) are
 // nodeAddrs.
 func New(rs *nft.Ruleset, nodeAddrs ...netip.Addr) *Tracer {
 	tr := &Tracer{rs: rs, nodeAddrs: nodeAddrs, rules: map[string][]nft.Rule{}, chains: map[string]nft.Chain{},
-		dynamic: map[string]bool{}, dyn: map[string]map[string]bool{}}
+		dynamic: map[string]bool{}, dyn: map[string]map[string][]nft.Value{}}
 	for _, s := range rs.Sets {
 		if s.Dynamic {
 			tr.dynamic[s.Name] = true
@@ -240,14 +240,14 @@ func (tr *Tracer) Connect(p Packet, pick func(mod uint32) uint32) (out Outcome, 
 }
 
 // Expire empties every dynamic set, as if their timeouts passed.
-func (tr *Tracer) Expire() { tr.dyn = map[string]map[string]bool{} }
+func (tr *Tracer) Expire() { tr.dyn = map[string]map[string][]nft.Value{} }
 
-func (tr *Tracer) cloneDyn() map[string]map[string]bool {
-	out := map[string]map[string]bool{}
+func (tr *Tracer) cloneDyn() map[string]map[string][]nft.Value {
+	out := map[string]map[string][]nft.Value{}
 	for s, m := range tr.dyn {
-		out[s] = map[string]bool{}
-		for k := range m {
-			out[s][k] = true
+		out[s] = map[string][]nft.Value{}
+		for k, d := range m {
+			out[s][k] = d
 		}
 	}
 	return out

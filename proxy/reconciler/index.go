@@ -150,6 +150,8 @@ func setsOf(r nft.Rule) []string {
 			out = append(out, x.Map)
 		case nft.DNATNumgen:
 			out = append(out, x.Map)
+		case nft.DNATMap:
+			out = append(out, x.Map)
 		case nft.SetUpdate:
 			out = append(out, x.Set)
 		}

@@ -31,6 +31,9 @@ type Result struct {
 	// Repairs counts, on a full Commit, operations that corrected a kernel state that differed
 	// from what was last applied (drift: an operator's `nft flush ruleset`, a deleted element).
 	Repairs int
+	// AffinityPruned counts the entries of dynamic maps deleted after the Commit because they
+	// pointed at endpoints no rule records any more (affinity.go).
+	AffinityPruned int
 	// Objects gives the desired object counts per family after the Commit.
 	Objects map[nft.Family]Counts
 }
@@ -50,6 +53,7 @@ type table struct {
 	applied              *appliedIndex // nil: unknown, read the kernel on the next Commit
 	dirty                keys
 	stale                map[string]time.Time // chains flushed because nobody wants them, and since when
+	rec                  recorded             // data the desired rules record into dynamic maps (affinity.go)
 }
 
 // Reconciler is owned by one goroutine (the sync loop); it is not safe for concurrent use.
@@ -67,7 +71,7 @@ func New(kernel nft.Interface, log logr.Logger, now func() time.Time, tables ...
 	for _, t := range tables {
 		r.tables = append(r.tables, &table{t: t, owners: map[Owner]*ownerRecord{},
 			chainOwner: map[string]Owner{}, setOwner: map[string]Owner{}, chainRefs: map[string]int{},
-			desired: newDesiredIndex(), dirty: newKeys(), stale: map[string]time.Time{}})
+			desired: newDesiredIndex(), dirty: newKeys(), stale: map[string]time.Time{}, rec: newRecorded()})
 	}
 	return r
 }
@@ -114,6 +118,8 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 			}
 		}
 		if cur, ok := d.chains[c.Chain.Name]; !ok || !sameChain(&cur.Chain, &c.Chain) || !sameRules(cur.Rules, c.Rules) {
+			tb.rec.chain(&c, 1) // first: data both versions record never counts as lost
+			tb.rec.chain(cur, -1)
 			d.putChain(&c)
 			tb.dirty.chains[c.Chain.Name] = true
 		}
@@ -132,6 +138,7 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		}
 		delete(tb.chainRefs, n)
 		delete(tb.chainOwner, n)
+		tb.rec.chain(d.chains[n], -1)
 		d.delChain(n)
 		tb.dirty.chains[n] = true
 	}
@@ -310,6 +317,15 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 		tb.dirty = newKeys()
 		c, rl, s, e := tb.desired.counts()
 		res.Objects[tb.t.Family] = Counts{Chains: c, Rules: rl, Sets: s, Elements: e}
+	}
+	// After the commit, so no rule records a lost endpoint any more while its entries go.
+	// A failure here costs stickiness only: it is logged and tried again after the next Commit.
+	n, err := r.pruneAffinity(ctx, res.Full)
+	res.AffinityPruned = n
+	if err != nil {
+		r.log.Error(err, "delete affinity entries of removed endpoints (retried after the next sync)")
+	} else if n > 0 {
+		r.log.V(1).Info("deleted affinity entries of removed endpoints", "entries", n)
 	}
 	return res, nil
 }

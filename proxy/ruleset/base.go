@@ -99,6 +99,16 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		endpointMap(MapNodePortEndpoints, "protocol . node port . slot -> endpoint", nft.TypeInetProto, nft.TypeInetService),
 		endpointMap(MapLocalNodePortEndpoints, "protocol . node port . slot -> local endpoint", nft.TypeInetProto, nft.TypeInetService),
 	}
+	if c.Family == nft.IPv4 {
+		// Dynamic: the packet path owns their elements (the reconciler never diffs them). No
+		// default timeout: every update says its Service's.
+		key := []nft.Type{addr, addr, nft.TypeInetProto, nft.TypeInetService}
+		f.Sets = append(f.Sets,
+			nft.Set{Name: MapAffinity, Key: key, Data: []nft.Type{addr, nft.TypeInetService}, Dynamic: true, HasTimeout: true,
+				Size: c.affinityMapSize(), Comment: "client . address . protocol . port -> endpoint (ClientIP affinity)"},
+			nft.Set{Name: MapAffinityAddr, Key: key, Data: []nft.Type{addr}, Dynamic: true, HasTimeout: true,
+				Size: c.affinityMapSize(), Comment: "client . address . protocol . port -> endpoint address (affinity, port kept)"})
+	}
 	for _, a := range b.NodePortAddrs(node) {
 		f.Elements = append(f.Elements, nft.Element{Set: SetNodePortIPs, Key: []nft.Value{nft.Addr(a)}})
 	}

@@ -28,6 +28,21 @@ type Config struct {
 	NodePortCIDRs []netip.Prefix
 	// NodeName selects local endpoints.
 	NodeName string
+	// AffinityMapSize bounds the shared ClientIP affinity maps (ip tables): at most this many
+	// client . frontend entries each; 0 means DefaultAffinityMapSize. A full map costs only
+	// stickiness: new clients are still spread, unrecorded.
+	AffinityMapSize uint32
+}
+
+// DefaultAffinityMapSize is the default bound of each shared affinity map: 262,144 client .
+// frontend entries (bench/README.md gives the kernel memory an entry takes).
+const DefaultAffinityMapSize = 1 << 18
+
+func (c *Config) affinityMapSize() uint32 {
+	if c.AffinityMapSize == 0 {
+		return DefaultAffinityMapSize
+	}
+	return c.AffinityMapSize
 }
 
 // BitMask turns a bit number (0..31) into a mark mask; it is the flag-parsing helper for

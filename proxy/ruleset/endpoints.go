@@ -57,9 +57,14 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 // (the kernel walks a list of the table's sets).
 func (b *Builder) endpointChain(f *reconciler.Fragment, p *portPlan, chain string, eps []model.Endpoint) {
 	var rs []nft.Rule
-	if p.sp.AffinityTimeout > 0 {
+	switch {
+	case p.sp.AffinityTimeout > 0 && b.cfg.Family == nft.IPv4:
+		rs = b.affinityMapRules(f, p, eps)
+	case p.sp.AffinityTimeout > 0 && samePort(eps):
+		rs = b.affinityPortMapRules(f, p, eps)
+	case p.sp.AffinityTimeout > 0:
 		rs = b.affinityRules(f, p, eps)
-	} else {
+	default:
 		rs = b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })
 	}
 	f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
@@ -93,7 +98,119 @@ func (b *Builder) dnat(p *portPlan, ep model.Endpoint) []nft.Expr {
 	return []nft.Expr{protoCmp(p.proto), nft.DNAT{Addr: ep.Addr, Port: ep.Port}}
 }
 
-// affinityRules implement sessionAffinity ClientIP. Each endpoint has its own dynamic set of
+// affinityKey is the key of the shared affinity maps: the client, then the packet's frontend.
+func affinityKey() []nft.Field {
+	return []nft.Field{nft.FieldSaddr, nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
+}
+
+// affinityMapRules implement sessionAffinity ClientIP in an ip table with the shared affinity
+// maps (README.md, "sessionAffinity ClientIP"): no set of the port's own.
+//
+//	jump affinity-hit-<T>s                   a known client: refresh, DNAT to its endpoint
+//	numgen random mod N-i 0 [meta l4proto P] update @affinity { client . frontend timeout T : EP_i } dnat to EP_i
+//	numgen random mod N-i 0 [meta l4proto P] dnat to EP_i     only when the map refused the update
+//
+// The hit lives in a chain shared by every port with the same timeout: a rule that reads a
+// map binds it, and each binding makes the kernel walk every element of the map, so no
+// per-port chain may read it; an update statement binds without that walk. An update into a
+// full map fails and stops its rule, so the plain cascade after the recording one still DNATs
+// every new connection (unrecorded). The protocol match comes before the update: nft lists it
+// there as "tcp dport" in the key and writes it back at that place.
+func (b *Builder) affinityMapRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+	t := p.sp.AffinityTimeout
+	m := MapAffinity
+	if p.keepPort {
+		m = MapAffinityAddr
+	}
+	hit := AffinityHitChain(p.keepPort, t)
+	zero := []nft.Value{nft.Addr(netip.IPv4Unspecified()), nft.Port(0)}
+	if p.keepPort {
+		zero = zero[:1]
+	}
+	// The refresh's data is never stored: on an element that exists the kernel keeps its data.
+	addChain(f, hit, rule("sticky client: refresh its entry, DNAT to its endpoint",
+		nft.CmpSet{Fields: affinityKey(), Set: m},
+		nft.SetUpdate{Fields: affinityKey(), Set: m, Timeout: t, Data: zero},
+		nft.DNATMap{Fields: affinityKey(), Map: m, WithPort: !p.keepPort}))
+	rs := []nft.Rule{rule(comment(p.name, ": affinity"), jump(hit))}
+	rs = append(rs, b.recordCascade(p, m, eps)...)
+	return append(rs, b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })...)
+}
+
+// recordCascade is the cascade of affinityMapRules that records each new client's endpoint.
+func (b *Builder) recordCascade(p *portPlan, m string, eps []model.Endpoint) []nft.Rule {
+	rs := make([]nft.Rule, 0, len(eps))
+	for i, ep := range eps {
+		var ex []nft.Expr
+		if n := uint32(len(eps) - i); n > 1 {
+			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
+		}
+		data := []nft.Value{nft.Addr(ep.Addr)}
+		if p.keepPort {
+			ex = append(ex, nft.SetUpdate{Fields: affinityKey(), Set: m, Timeout: p.sp.AffinityTimeout, Data: data},
+				nft.DNAT{Addr: ep.Addr})
+		} else {
+			ex = append(ex, protoCmp(p.proto),
+				nft.SetUpdate{Fields: affinityKey(), Set: m, Timeout: p.sp.AffinityTimeout, Data: append(data, nft.Port(ep.Port))},
+				nft.DNAT{Addr: ep.Addr, Port: ep.Port})
+		}
+		rs = append(rs, rule(comment(p.name, fmt.Sprintf(": new client, endpoint %d of %d", i+1, len(eps))), ex...))
+	}
+	return rs
+}
+
+// samePort reports whether every endpoint has the same port (0 for ports that keep the port).
+func samePort(eps []model.Endpoint) bool {
+	for _, ep := range eps {
+		if ep.Port != eps[0].Port {
+			return false
+		}
+	}
+	return true
+}
+
+// affinityPortMapRules implement sessionAffinity ClientIP in an ip6 table when the port's
+// endpoints share one port number: a dynamic map of the port's own, client -> endpoint address
+// (AffinityMap), shared by its svc- and local- chains, the port a constant of the DNAT:
+//
+//	meta l4proto tcp ip6 saddr @M update @M { ip6 saddr timeout T : :: } dnat to ip6 saddr map @M:8080
+//	numgen random mod N-i 0 meta l4proto tcp update @M { ip6 saddr timeout T : EP_i } dnat to [EP_i]:8080
+//	numgen random mod N-i 0 meta l4proto tcp dnat to [EP_i]:8080     only when the map is full
+//
+// The key is the client alone: nft 1.0.6 writes an update with data only for keys of at most 16
+// bytes and, in ip6, data of one field, so no shared "client . frontend" map here; stickiness
+// is per Service port across its frontends, as upstream's. One map per sticky port instead of a
+// set per endpoint. The hit reads the port's own map, so rewriting the chain walks that map's
+// entries only.
+func (b *Builder) affinityPortMapRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+	m, t, saddr := AffinityMap(p.sp.Name), p.sp.AffinityTimeout, []nft.Field{nft.FieldSaddr}
+	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == m }) {
+		addr := b.cfg.Family.AddrType()
+		f.Sets = append(f.Sets, nft.Set{Name: m, Key: []nft.Type{addr}, Data: []nft.Type{addr}, Dynamic: true, HasTimeout: true,
+			Size: b.cfg.affinityMapSize(), Comment: comment(p.name, " client -> endpoint")})
+	}
+	var proto []nft.Expr
+	if !p.keepPort {
+		proto = []nft.Expr{protoCmp(p.proto)}
+	}
+	hit := append(append([]nft.Expr{}, proto...), nft.CmpSet{Fields: saddr, Set: m},
+		nft.SetUpdate{Fields: saddr, Set: m, Timeout: t, Data: []nft.Value{nft.Addr(netip.IPv6Unspecified())}},
+		nft.DNATMap{Fields: saddr, Map: m, Port: eps[0].Port})
+	rs := []nft.Rule{rule(comment(p.name, ": affinity"), hit...)}
+	for i, ep := range eps {
+		var ex []nft.Expr
+		if n := uint32(len(eps) - i); n > 1 {
+			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
+		}
+		ex = append(append(ex, proto...), nft.SetUpdate{Fields: saddr, Set: m, Timeout: t, Data: []nft.Value{nft.Addr(ep.Addr)}},
+			nft.DNAT{Addr: ep.Addr, Port: ep.Port})
+		rs = append(rs, rule(comment(p.name, fmt.Sprintf(": new client, endpoint %d of %d", i+1, len(eps))), ex...))
+	}
+	return append(rs, b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })...)
+}
+
+// affinityRules implement sessionAffinity ClientIP in an ip6 table whose endpoints differ in
+// their port (the map's data cannot hold one there). Each endpoint has its own dynamic set of
 // client addresses whose elements expire after the affinity timeout (AffinitySet). A client
 // found in an endpoint's set goes back to that endpoint and refreshes its entry; a new client
 // gets an endpoint picked uniformly by a chain of "numgen random mod N-i 0" matches (the i-th
@@ -118,8 +235,9 @@ func (b *Builder) affinityRules(f *reconciler.Fragment, p *portPlan, eps []model
 func (b *Builder) affinitySet(f *reconciler.Fragment, p *portPlan, ep model.Endpoint) string {
 	set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
 	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
+		// The size the kernel gives a dynamic set anyway, said here so a read-back equals it.
 		f.Sets = append(f.Sets, nft.Set{Name: set, Key: []nft.Type{b.cfg.Family.AddrType()}, Dynamic: true,
-			Timeout: p.sp.AffinityTimeout, Comment: comment(p.name, " clients of "+endpointText(ep))})
+			Timeout: p.sp.AffinityTimeout, Size: nft.DynsetDefaultSize, Comment: comment(p.name, " clients of "+endpointText(ep))})
 	}
 	return set
 }

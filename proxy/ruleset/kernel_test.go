@@ -157,3 +157,41 @@ func reloadListing(t *testing.T, ns *netns.NS, prefix string) {
 		t.Errorf("nft -f of the listing lists differently:\n got %s\nwant %s", again, listing)
 	}
 }
+
+// TestKernelAffinityIPv6Ruleset: an ip6 table with a sticky port of one port number (its own
+// map) and one whose endpoints differ in port (a set per endpoint) is what the kernel lists back,
+// and `nft -f` of the kernel's listing lists the same text.
+func TestKernelAffinityIPv6Ruleset(t *testing.T) {
+	netns.Skip(t)
+	b, err := NewBuilder(Config{Family: nft.IPv6, MasqueradeMark: 0x4000, DropMark: 0x8000, NodeName: thisNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sticky := func(name, ip string, eps ...model.Endpoint) *model.Service {
+		return &model.Service{Key: model.ServiceKey{Namespace: "default", Name: name}, Ports: []model.ServicePort{{
+			Name: pn("default", name, "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs(ip),
+			AffinityTimeout: time.Minute, Endpoints: eps,
+		}}}
+	}
+	rs := b.Ruleset(nil, []*model.Service{
+		sticky("same", "fd00:19::10", ready(8080, "fd00:18::a", "fd00:18::b", "fd00:18::c")...),
+		sticky("mixed", "fd00:19::11", append(ready(8080, "fd00:18::a"), ready(9090, "fd00:18::b")...)...),
+	})
+	ns := netns.New(t, "rulesetaff6")
+	k, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
+	if err != nil {
+		t.Fatalf("NewKernel: %v", err)
+	}
+	t.Cleanup(func() { k.Close() })
+	if _, err := k.Apply(context.Background(), addAll(rs)); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	got, err := k.Dump(context.Background(), rs.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
+		t.Fatalf("the kernel lists something else than was applied:\n%s", d)
+	}
+	reloadListing(t, ns, "rulesetaff6b")
+}

@@ -8,9 +8,11 @@ package ruleset
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nftproxy/nftproxy/nft"
@@ -90,7 +92,25 @@ const (
 	// MapLocalNodePortEndpoints: the same key; this node's endpoints of externalTrafficPolicy
 	// Local node ports.
 	MapLocalNodePortEndpoints = "local-nodeport-endpoints"
+	// MapAffinity (ip tables): client . address . protocol . port -> endpoint address . port, the
+	// ClientIP affinity of every frontend, filled and refreshed by the packet path.
+	MapAffinity = "affinity"
+	// MapAffinityAddr (ip tables): the same key -> endpoint address, for ports that keep the
+	// destination port (ranges, all-ports, node-port blocks).
+	MapAffinityAddr = "affinity-addr"
 )
+
+// AffinityHitChain names the shared chain that sends a client with a live entry in the
+// affinity map (MapAffinityAddr with keepPort) back to its endpoint and refreshes the entry
+// for timeout: "affinity-hit-10800s", "affinity-hit-addr-60s". One per timeout in use: the
+// kernel refreshes an entry by the timeout of the statement that finds it.
+func AffinityHitChain(keepPort bool, timeout time.Duration) string {
+	infix := ""
+	if keepPort {
+		infix = "addr-"
+	}
+	return fmt.Sprintf("affinity-hit-%s%ds", infix, int64(timeout/time.Second))
+}
 
 // Names and comments built from user strings (namespace, Service and port names) fit the
 // kernel's limits by construction, whatever those strings hold:
@@ -213,6 +233,10 @@ func FirewallChain(p model.PortName) string { return portObjectName("fw", p) }
 // SourceRangesSet names the interval set of the sources a LoadBalancer IP accepts:
 // "src-HASH-ns/name/tcp/http".
 func SourceRangesSet(p model.PortName) string { return portObjectName("src", p) }
+
+// AffinityMap names the dynamic map of an ip6 table's ServicePort with ClientIP affinity, client
+// -> endpoint address: "affmap-HASH-ns/name/tcp/http".
+func AffinityMap(p model.PortName) string { return portObjectName("affmap", p) }
 
 // AffinitySet names the dynamic set of the clients stuck to one endpoint of a ServicePort with
 // ClientIP affinity: "aff-HASH-ns/name/tcp/http__198.18.128.10/8080" (an IPv6 address with dots

@@ -171,8 +171,13 @@ func TestSessionAffinity(t *testing.T) {
 			t.Fatalf("connection %d of the same client: got %s, want %s (sticky)", i+2, got, first)
 		}
 	}
-	if got := tr.run(tcp(client, lbIP, 80)); got.String() != (outcome{"accept", first.dnat, true}).String() {
-		t.Errorf("the same client through the LoadBalancer IP: got %s, want the same endpoint %v", got, first.dnat)
+	// Entries are per frontend (README.md): through the LoadBalancer IP the client is new.
+	if got := tr.run(tcp(client, lbIP, 80)); !slices.Equal(got.dnat, ep123) {
+		t.Errorf("the same client through the LoadBalancer IP: candidates %v, want %v (its own entry)", got.dnat, ep123)
+	}
+	viaLB := tr.connect(tcp(client, lbIP, 80), pick)
+	if got := tr.connect(tcp(client, lbIP, 80), pick); got.String() != viaLB.String() {
+		t.Errorf("the same client through the LoadBalancer IP again: got %s, want %s (sticky)", got, viaLB)
 	}
 	if got := tr.run(tcp("198.18.1.3", webIP, 80)); !slices.Equal(got.dnat, ep123) {
 		t.Errorf("another client: candidates %v, want %v", got.dnat, ep123)
@@ -182,31 +187,69 @@ func TestSessionAffinity(t *testing.T) {
 		t.Errorf("after the timeout: candidates %v, want %v", got.dnat, ep123)
 	}
 
-	// Named sets, one per endpoint, with the timeout; stable across endpoint changes.
-	var sets []string
+	// No set of its own: the shared maps of the base layout, and a hit chain per timeout.
 	for _, s := range rs.Sets {
 		if strings.HasPrefix(s.Name, "aff-") {
-			sets = append(sets, s.Name)
-			if !s.Dynamic || s.Timeout != 3*time.Second || s.Key[0] != nft.TypeIPv4Addr {
-				t.Errorf("affinity set %+v: want a dynamic ipv4_addr set with timeout 3s", s)
-			}
+			t.Errorf("affinity set %s: an ip table keeps affinity in the shared maps only", s.Name)
 		}
 	}
-	if len(sets) != 3 {
-		t.Fatalf("affinity sets %v, want one per endpoint (3)", sets)
+	hit := AffinityHitChain(false, 3*time.Second)
+	if !slices.ContainsFunc(rs.Chains, func(c nft.Chain) bool { return c.Name == hit }) {
+		t.Errorf("no chain %s", hit)
 	}
-	grown := webPort(func(sp *model.ServicePort) {
-		aff(sp)
-		sp.Endpoints = append(sp.Endpoints, on(otherNode, "198.18.128.13")...)
-	})
-	rs2 := policyBuilder(t).Ruleset(testNode(), []*model.Service{grown})
-	var sets2 []string
-	for _, s := range rs2.Sets {
-		sets2 = append(sets2, s.Name)
+}
+
+// TestSessionAffinityIPv6: an ip6 table keeps one dynamic map per sticky port, client ->
+// endpoint address (nft 1.0.6 cannot write a shared "client . frontend" map's update there), so a
+// client sticks across the port's frontends; a port whose endpoints differ in their port number
+// keeps a set per endpoint.
+func TestSessionAffinityIPv6(t *testing.T) {
+	b, err := NewBuilder(Config{Family: nft.IPv6, MasqueradeMark: 0x4000, DropMark: 0x8000, NodeName: thisNode})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, s := range sets {
-		if !slices.Contains(sets2, s) {
-			t.Errorf("adding an endpoint renamed affinity set %s: clients of the others would move", s)
+	svc := func(eps ...model.Endpoint) *model.Service {
+		return &model.Service{Key: model.ServiceKey{Namespace: "default", Name: "web6"}, Ports: []model.ServicePort{{
+			Name: pn("default", "web6", "http", model.TCP), Port: 80, PortEnd: 80, TargetPort: 8080, ClusterIPs: addrs("fd00:19::10"),
+			LoadBalancerIPs: addrs("fd00:19::100"), AffinityTimeout: 3 * time.Second, Endpoints: eps,
+		}}}
+	}
+	sets := func(rs *nft.Ruleset, prefix string) (out []nft.Set) {
+		for _, s := range rs.Sets {
+			if strings.HasPrefix(s.Name, prefix) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	rs := b.Ruleset(nil, []*model.Service{svc(ready(8080, "fd00:18::a", "fd00:18::b")...)})
+	maps := sets(rs, "affmap-")
+	if len(maps) != 1 || len(sets(rs, "aff-")) != 0 || !maps[0].Dynamic || len(maps[0].Data) != 1 {
+		t.Fatalf("sets %v, want one dynamic map client -> address for the port, no set per endpoint", rs.Sets)
+	}
+	tr := newTracer(t, rs)
+	if got := tr.run(tcp("fd00:18::1:1", "fd00:19::10", 80)); len(got.dnat) != 2 {
+		t.Fatalf("a new client: candidates %v, want both endpoints", got.dnat)
+	}
+	first := tr.connect(tcp("fd00:18::1:1", "fd00:19::10", 80), func(uint32) uint32 { return 1 })
+	for _, dst := range []string{"fd00:19::10", "fd00:19::100"} {
+		if got := tr.run(tcp("fd00:18::1:1", dst, 80)); !slices.Equal(got.dnat, first.dnat) {
+			t.Errorf("the same client to %s: got %v, want %v (per Service port)", dst, got.dnat, first.dnat)
+		}
+	}
+	tr.expire()
+	if got := tr.run(tcp("fd00:18::1:1", "fd00:19::10", 80)); len(got.dnat) != 2 {
+		t.Errorf("after the timeout: candidates %v, want both endpoints", got.dnat)
+	}
+
+	mixed := append(ready(8080, "fd00:18::a"), ready(9090, "fd00:18::b")...)
+	rs = b.Ruleset(nil, []*model.Service{svc(mixed...)})
+	if n, m := len(sets(rs, "aff-")), len(sets(rs, "affmap-")); n != 2 || m != 0 {
+		t.Fatalf("endpoints on two port numbers: %d per-endpoint sets and %d maps, want 2 and 0", n, m)
+	}
+	for _, s := range sets(rs, "aff-") {
+		if s.Timeout != 3*time.Second || s.Size != nft.DynsetDefaultSize {
+			t.Errorf("affinity set %+v: want timeout 3s and the kernel's default size", s)
 		}
 	}
 }
@@ -218,8 +261,11 @@ func TestSessionAffinityWithLocalPolicyAndRanges(t *testing.T) {
 	})
 	tr := newTracer(t, policyBuilder(t).Ruleset(testNode(), []*model.Service{both}), nodeIP, nodeBridge)
 	tr.connect(tcp(client, nodeIP, 30080), func(uint32) uint32 { return 0 })
-	if got := tr.run(tcp(client, webIP, 80)); !slices.Equal(got.dnat, ep1) {
-		t.Errorf("after an external connection to the local endpoint, the client's ClusterIP traffic goes to %v, want %v (one set per endpoint, shared by both policies)", got.dnat, ep1)
+	if got := tr.run(tcp(client, nodeIP, 30080)); !slices.Equal(got.dnat, ep1) {
+		t.Errorf("after an external connection to the local endpoint, the client's node-port traffic goes to %v, want %v", got.dnat, ep1)
+	}
+	if got := tr.run(tcp(client, webIP, 80)); !slices.Equal(got.dnat, ep12) {
+		t.Errorf("the client's ClusterIP traffic goes to %v, want a new pick of %v (entries are per frontend)", got.dnat, ep12)
 	}
 
 	rtp := &model.Service{Key: model.ServiceKey{Namespace: "voip", Name: "rtp"}, Ports: []model.ServicePort{{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
+	"github.com/nftproxy/nftproxy/test/netns"
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
@@ -63,7 +64,11 @@ func policyServices() []fixture.Service {
 	itpRemote := policyWeb("itp-remote", 23, remote(2)...)
 	itpRemote.Edit = internalLocal
 
+	// Dual-stack with a LoadBalancer IP: ip keeps affinity per frontend in a shared map, ip6 in a
+	// set per endpoint.
 	sticky := policyWeb("sticky", 24, local(1, 2, 3)...)
+	sticky.ClusterIPs = append(sticky.ClusterIPs, lab.ClusterIPv6(24))
+	sticky.Type, sticky.LoadBalancerIPs, sticky.AllocateNodePorts = "LoadBalancer", []netip.Addr{lab.LoadBalancerIPv4(24)}, ptrTo(false)
 	sticky.Edit = func(s *corev1.Service) {
 		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo(int32(affinitySeconds))}}
@@ -135,11 +140,11 @@ func TestTrafficPolicies(t *testing.T) {
 		}
 	})
 	t.Run("affinity sticks, then expires", func(t *testing.T) { testAffinity(t, e) })
+	t.Run("affinity per frontend and in IPv6", func(t *testing.T) { testAffinityFrontends(t, e) })
 }
 
 // testAffinity: pod-4's connections stick to the endpoint its first one reached; the kernel's
-// affinity sets hold pod-4 in exactly one endpoint's set; once the timeout has passed the sets
-// are empty and a new connection picks afresh (a new pick differs from the old one with
+// affinity map holds one entry for pod-4; once the timeout has passed it is gone and a new connection picks afresh (a new pick differs from the old one with
 // probability 2/3, so up to 8 rounds are tried).
 func testAffinity(t *testing.T, e *env) {
 	pod4 := e.lab.Pod(4)
@@ -152,13 +157,13 @@ func testAffinity(t *testing.T, e *env) {
 		t.Fatalf("12 more connections after the first reached %s: got %s, want all on %s", first.Reply.Pod, got, first.Reply.Pod)
 	}
 	if n := e.affinityEntries(pod4.IPv4); n != 1 {
-		t.Fatalf("pod-4 is in %d affinity sets, want 1:\n%s", n, e.ruleset())
+		t.Fatalf("pod-4 has %d affinity entries, want 1:\n%s", n, e.ruleset())
 	}
 	prev := first.Reply.Pod
 	for round := 1; ; round++ {
 		time.Sleep(affinitySeconds*time.Second + 500*time.Millisecond)
 		if n := e.affinityEntries(pod4.IPv4); n != 0 {
-			t.Fatalf("after the %d s timeout pod-4 is still in %d affinity sets:\n%s", affinitySeconds, n, e.ruleset())
+			t.Fatalf("after the %d s timeout pod-4 still has %d affinity entries:\n%s", affinitySeconds, n, e.ruleset())
 		}
 		r := pod4.Dial(e.ctx, "tcp", addr)
 		if r.Outcome != lab.Replied {
@@ -174,15 +179,45 @@ func testAffinity(t *testing.T, e *env) {
 	}
 }
 
-// affinityEntries counts the elements equal to a in the node's affinity sets.
+// testAffinityFrontends: a client sticks through the LoadBalancer IP (its own entry: ip keys
+// affinity by frontend) and through the IPv6 ClusterIP (the port's own map), each entry
+// recorded in the kernel.
+func testAffinityFrontends(t *testing.T, e *env) {
+	c1, pod4 := e.lab.Client(1), e.lab.Pod(4)
+	for _, c := range []struct {
+		name   string
+		ns     *netns.NS
+		addr   string
+		client netip.Addr
+	}{
+		{"client-1 through the LoadBalancer IP", c1.NS, hostPort(lab.LoadBalancerIPv4(24), 80), c1.IPv4},
+		{"pod-4 through the IPv6 ClusterIP", pod4.NS, hostPort(lab.ClusterIPv6(24), 80), pod4.IPv6},
+	} {
+		first := lab.Dial(e.ctx, c.ns, "tcp", c.addr)
+		if first.Outcome != lab.Replied {
+			t.Fatalf("%s, first connection: %v", c.name, first)
+		}
+		if got := lab.Spread(e.ctx, c.ns, "tcp", c.addr, 12); got.Pods[first.Reply.Pod] != 12 {
+			t.Errorf("%s: 12 more connections after the first reached %s: got %s, want all there", c.name, first.Reply.Pod, got)
+		}
+		if n := e.affinityEntries(c.client); n != 1 {
+			t.Errorf("%s: %d affinity entries of %s, want 1:\n%s", c.name, n, c.client, e.ruleset())
+		}
+	}
+}
+
+// affinityEntries counts the elements of client a in the node's affinity maps (ip: the shared
+// "affinity" maps, keyed by client . frontend; ip6: one per port, keyed by client) and sets (ip6
+// ports whose endpoints differ in their port: one per endpoint).
 func (e *env) affinityEntries(a netip.Addr) int {
 	e.t.Helper()
 	n := 0
 	inAffinity := false
 	for _, line := range strings.Split(e.ruleset(), "\n") {
 		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "set ") {
-			inAffinity = strings.HasPrefix(line, "set aff-")
+		if strings.HasPrefix(line, "set ") || strings.HasPrefix(line, "map ") {
+			inAffinity = strings.HasPrefix(line, "set aff-") || strings.HasPrefix(line, "map affmap-") ||
+				line == "map affinity {" || line == "map affinity-addr {"
 			continue
 		}
 		if inAffinity && strings.Contains(line, a.String()+" ") || inAffinity && strings.Contains(line, a.String()+",") {
@@ -248,5 +283,56 @@ func TestTopologyRendered(t *testing.T) {
 				t.Errorf("got %s, want replies from each of %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestAffinityMapFull runs the daemon with --affinity-map-size 1: the first client is
+// remembered and sticks; the map then refuses every other client's entry, and the kernel stops
+// a rule whose update failed, so only the plain cascade after the recording one DNATs them:
+// every connection of theirs must still be answered, by any of the endpoints. Then an endpoint
+// is removed: the remembered client's entry goes with it if it pointed there (the prune), and
+// every client is still answered.
+func TestAffinityMapFull(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lab.Options{Clients: 2, Pods: 4, Ports: []lab.PortSpec{lab.Port(8080)}})
+	svc := policyWeb("sticky-full", 30, local(1, 2, 3)...)
+	svc.Edit = func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptrTo(int32(3600))}}
+	}
+	e.write(svc)
+	e.flags = append(e.flags, "--affinity-map-size", "1")
+	e.start(svc)
+	addr := hostPort(lab.ClusterIPv4(30), 80)
+	pod4 := e.lab.Pod(4)
+	first := pod4.Dial(e.ctx, "tcp", addr)
+	if first.Outcome != lab.Replied {
+		t.Fatalf("pod-4, first connection: %v", first)
+	}
+	if got := pod4.Spread(e.ctx, "tcp", addr, 6); got.Pods[first.Reply.Pod] != 6 {
+		t.Fatalf("pod-4 (remembered): 6 more connections got %s, want all on %s", got, first.Reply.Pod)
+	}
+	for _, c := range []*lab.Host{e.lab.Client(1), e.lab.Client(2)} {
+		got := lab.Spread(e.ctx, c.NS, "tcp", addr, 12)
+		if n := got.Pods["pod-1"] + got.Pods["pod-2"] + got.Pods["pod-3"]; n != 12 {
+			t.Errorf("%s with the map full: %s, want all 12 connections answered", c.IPv4, got)
+		}
+		if n := e.affinityEntries(c.IPv4); n != 0 {
+			t.Errorf("%s: %d affinity entries in a map of size 1 that pod-4 fills", c.IPv4, n)
+		}
+	}
+
+	// Remove the endpoint pod-4 is stuck to: its entry is deleted after the sync.
+	var kept []fixture.Endpoint
+	for _, ep := range local(1, 2, 3) {
+		if fmt.Sprintf("pod-%d", ep.Pod) != first.Reply.Pod {
+			kept = append(kept, ep)
+		}
+	}
+	svc.Endpoints = kept
+	e.write(svc)
+	e.waitFor("pod-4's affinity entry deleted with its endpoint", func(string) bool { return e.affinityEntries(pod4.IPv4) == 0 })
+	if r := pod4.Dial(e.ctx, "tcp", addr); r.Outcome != lab.Replied || r.Reply.Pod == first.Reply.Pod {
+		t.Errorf("pod-4 after its endpoint %s was removed: %v, want an answer from another pod", first.Reply.Pod, r)
 	}
 }

@@ -26,6 +26,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"run without a source", []string{"run"}, 2, "no source: pass --manifests"},
 		{"same mark bits", []string{"render", "--manifests", ".", "--masquerade-bit", "3", "--drop-bit", "3"}, 2, "choose two different bits"},
 		{"bit out of range", []string{"render", "--manifests", ".", "--drop-bit", "32"}, 2, "from 0 to 31"},
+		{"affinity map of no entries", []string{"render", "--manifests", ".", "--affinity-map-size", "0"}, 2, "--affinity-map-size 0"},
 		{"bad cidr", []string{"render", "--manifests", ".", "--cluster-cidr", "10.0.0.0/33"}, 2, "is not a CIDR"},
 		{"bad family", []string{"render", "--manifests", ".", "--ip-families", "ipx"}, 2, "not ipv4 or ipv6"},
 		{"bad reserved ports", []string{"render", "--manifests", ".", "--reserved-ports", "22,ssh"}, 2, `--reserved-ports: "ssh" is not a port`},

@@ -3,6 +3,7 @@ package app
 import (
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -57,6 +58,8 @@ type Options struct {
 	// NodePortPrimary is --nodeport-addresses primary: node ports on the Node's primary address
 	// of each family only; NodePortCIDRs is then set from the Node at start (nodeinfo.go).
 	NodePortPrimary bool
+	// AffinityMapSize is --affinity-map-size: the bound of each shared ClientIP affinity map.
+	AffinityMapSize uint
 	// DetectLocalMode is ClusterCIDR (--cluster-cidr is the cluster's traffic) or NodeCIDR (the
 	// Node's spec.podCIDRs, read at start, are).
 	DetectLocalMode string
@@ -181,6 +184,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", detectClusterCIDR, "which traffic is the cluster's own (not masqueraded to ClusterIPs, short-circuited to LoadBalancer IPs of externalTrafficPolicy=Local Services): ClusterCIDR (from --cluster-cidr) or NodeCIDR (from this Node's spec.podCIDRs, read at start)")
 	fs.StringVar(&o.ConfigFile, "config", "", "kube-proxy's configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1; kubeadm's kube-proxy ConfigMap as it is): read strictly, every field mapped to a flag, warned about or refused with its reason; flags given on the command line override it")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")
+	fs.UintVar(&o.AffinityMapSize, "affinity-map-size", ruleset.DefaultAffinityMapSize, "most client . Service address entries each shared sessionAffinity ClientIP map (IPv4) holds; when full, new clients are still spread over the endpoints but not remembered (about 100-130 bytes of kernel memory per entry)")
 	fs.IntVar(&o.MasqueradeBit, "masquerade-bit", 14, "bit of the packet mark (0-31) that marks traffic to masquerade; must differ from --drop-bit")
 	fs.IntVar(&o.DropBit, "drop-bit", 15, "bit of the packet mark (0-31) that marks traffic to drop; must differ from --masquerade-bit")
 	fs.StringVar(&o.NodePortRange, "service-node-port-range", policy.DefaultNodePortRange, "manifest mode: node ports are assigned from this range, as the API server's --service-node-port-range")
@@ -245,6 +249,9 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--drop-bit: %w", err)
 	}
+	if o.AffinityMapSize < 1 || o.AffinityMapSize > math.MaxUint32 {
+		return nil, fmt.Errorf("--affinity-map-size %d: use 1 to %d entries", o.AffinityMapSize, uint64(math.MaxUint32))
+	}
 	if o.DetectLocalMode != detectClusterCIDR && o.DetectLocalMode != detectNodeCIDR {
 		return nil, fmt.Errorf("--detect-local-mode %q: use ClusterCIDR or NodeCIDR (nftproxy tells the cluster's traffic by its source address)", o.DetectLocalMode)
 	}
@@ -258,7 +265,7 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	for _, f := range fams {
 		b, err := ruleset.NewBuilder(ruleset.Config{Family: f, Table: o.Table, MasqueradeMark: masq, DropMark: drop,
 			MasqueradeAll: o.MasqueradeAll, ClusterCIDRs: o.ClusterCIDRs, ServiceCIDRs: o.ServiceCIDRs,
-			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName})
+			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName, AffinityMapSize: uint32(o.AffinityMapSize)})
 		if err != nil {
 			return nil, err
 		}
