@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 IMAGE   ?= ghcr.io/nftproxy/nftproxy:$(VERSION)
 
-.PHONY: all build image deps cluster-tools test unit lint e2e soak bench demo clean
+.PHONY: all build image deps cluster-tools node-tools test unit lint e2e node soak bench demo clean
 
 all: build
 
@@ -30,6 +30,11 @@ deps:
 cluster-tools:
 	$(GO) run ./test/cluster/cmd/prepare
 
+## node-tools: also build (cached the same way) the node tier's kubelet, kube-controller-manager
+## and kube-scheduler; the first run compiles them
+node-tools:
+	$(GO) run ./test/cluster/cmd/prepare -node
+
 ## lint: gofmt and go vet
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -46,6 +51,11 @@ test: deps lint build cluster-tools
 ## e2e: only the packet-level end-to-end tier
 e2e: deps build
 	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
+
+## node: only the node tier: nftproxy deployed from deploy/ as a DaemonSet pod on a real kubelet
+## and containerd, Services and day-2 operations under traffic; prints figures (needs root)
+node: deps node-tools
+	$(GO) test -count=1 -v -timeout 40m ./test/node/
 
 ## soak: fault-tolerance scenarios, long profile (restart under traffic, drift, 10k-Service churn,
 ## hostile input, kernel errors, bounded fuzzing), then the 10k-Service churn in Kubernetes mode

@@ -1,0 +1,215 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	dsNamespace = "kube-system"
+	dsName      = "nftproxy"
+	dsSelector  = "app.kubernetes.io/name=nftproxy"
+	healthzURL  = "http://" + NodeIP + ":10266/healthz"
+	metricsURL  = "http://127.0.0.1:10265/metrics"
+)
+
+// TestNode runs nftproxy as its users do: `kubectl apply -k` of deploy/ (through an overlay
+// naming this cluster's API server, ranges and image tag), a DaemonSet pod started by a real
+// kubelet on containerd, Services made from selectors and EndpointSlices made by the
+// controller, traffic from a pod, the node and a client outside it; then the day-2 operations
+// under traffic. One node is set up once for all of it (half a minute), so the phases are
+// subtests of one test.
+func TestNode(t *testing.T) {
+	e := start(t)
+	t.Cleanup(func() { e.figures.print(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if !t.Run("DaemonSet", func(t *testing.T) { e.deployNftproxy(ctx, t) }) {
+		t.FailNow()
+	}
+	if !t.Run("Services", func(t *testing.T) { e.services(ctx, t) }) {
+		t.FailNow()
+	}
+	t.Run("Day2", func(t *testing.T) { e.day2(ctx, t) })
+}
+
+// deployNftproxy applies the overlay and waits for the DaemonSet's pod to be Ready through
+// its readiness probe (/healthz: informers synced and the first sync done).
+func (e *env) deployNftproxy(ctx context.Context, t *testing.T) {
+	applied := time.Now()
+	e.deploy(ctx, tagOld)
+	pod := e.waitDaemonPod(ctx, t, tagOld, "")
+	e.figures.set("apply -> nftproxy pod Ready", time.Since(applied))
+	e.recordPodFigures(ctx, t, pod, "")
+	e.checkShippedPod(t, pod)
+}
+
+// waitDaemonPod waits until the DaemonSet has exactly one pod, other than notName, running
+// image tag and Ready, and returns it.
+func (e *env) waitDaemonPod(ctx context.Context, t *testing.T, tag, notName string) *corev1.Pod {
+	var ready *corev1.Pod
+	e.waitFor(ctx, "nftproxy pod Ready with tag "+tag, func() (bool, string) {
+		pods, err := e.cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+		if err != nil {
+			return false, err.Error()
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			states = append(states, podState(p))
+			if p.Name == notName || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 ||
+				p.Spec.Containers[0].Image != NftproxyRepo+":"+tag {
+				continue
+			}
+			if podReady(p) {
+				ready = p
+				return true, ""
+			}
+		}
+		return false, strings.Join(states, "; ")
+	})
+	return ready
+}
+
+// podState is a one-line account of a pod for wait messages.
+func podState(p *corev1.Pod) string {
+	s := fmt.Sprintf("%s %s node=%q", p.Name, p.Status.Phase, p.Spec.NodeName)
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			s += fmt.Sprintf(" %s=%s(%s)", c.Type, c.Status, c.Message)
+		}
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil:
+			s += fmt.Sprintf(" %s waiting %s: %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0:
+			s += fmt.Sprintf(" %s exited %d: %s", cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Message)
+		}
+		if cs.RestartCount > 0 {
+			s += fmt.Sprintf(" %s restarts=%d", cs.Name, cs.RestartCount)
+		}
+	}
+	return s
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// recordPodFigures prints when the daemon container started and how long its first sync and
+// readiness took, from its own metrics (process start, last sync) and the pod's status.
+func (e *env) recordPodFigures(ctx context.Context, t *testing.T, pod *corev1.Pod, suffix string) {
+	m, err := e.metrics()
+	if err != nil {
+		t.Errorf("nftproxy metrics: %v", err)
+		return
+	}
+	startSec, lastSync := m["process_start_time_seconds"], m["nftproxy_last_sync_timestamp_seconds"]
+	if startSec > 0 && lastSync > 0 {
+		e.figures.set("daemon process start -> first sync"+suffix, time.Duration((lastSync-startSec)*float64(time.Second)))
+	}
+	var started time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running != nil {
+			started = cs.State.Running.StartedAt.Time
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && !started.IsZero() {
+			// Both are in whole seconds (the API's precision).
+			e.figures.set("daemon container start -> pod Ready (1 s steps)"+suffix, c.LastTransitionTime.Sub(started))
+		}
+	}
+}
+
+// checkShippedPod checks that the pod runs what deploy/ ships: the init container privileged
+// and done, the daemon with NET_ADMIN only on a read-only root, never restarted.
+func (e *env) checkShippedPod(t *testing.T, p *corev1.Pod) {
+	if len(p.Spec.InitContainers) != 1 || len(p.Spec.Containers) != 1 {
+		t.Fatalf("pod %s: %d init containers, %d containers; deploy/ ships 1 and 1", p.Name, len(p.Spec.InitContainers), len(p.Spec.Containers))
+	}
+	ic, c := p.Spec.InitContainers[0], p.Spec.Containers[0]
+	if ic.SecurityContext == nil || ic.SecurityContext.Privileged == nil || !*ic.SecurityContext.Privileged {
+		t.Errorf("init container: not privileged: %+v", ic.SecurityContext)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil || fmt.Sprint(sc.Capabilities.Add) != "[NET_ADMIN]" || fmt.Sprint(sc.Capabilities.Drop) != "[ALL]" ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || (sc.Privileged != nil && *sc.Privileged) {
+		t.Errorf("daemon container security context %+v: want NET_ADMIN only, read-only root, not privileged", sc)
+	}
+	for _, s := range p.Status.InitContainerStatuses {
+		if s.State.Terminated == nil || s.State.Terminated.ExitCode != 0 {
+			t.Errorf("init container status %+v: want terminated with exit code 0", s.State)
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if s.RestartCount != 0 {
+			t.Errorf("daemon container restarted %d times", s.RestartCount)
+		}
+	}
+}
+
+// metrics reads nftproxy's /metrics on the node's loopback and returns the unlabelled samples.
+func (e *env) metrics() (map[string]float64, error) {
+	resp, err := e.node.NS.HTTPClient(5 * time.Second).Get(metricsURL)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || strings.HasPrefix(line, "#") || strings.Contains(f[0], "{") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+			out[f[0]] = v
+		}
+	}
+	return out, nil
+}
+
+// healthz is /healthz's status code and body, asked on the node's address as a load balancer
+// would.
+func (e *env) healthz() (int, map[string]any, error) {
+	resp, err := e.node.Client.HTTPClient(5 * time.Second).Get(healthzURL)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body, err
+}
+
+// daemonSet is the live DaemonSet.
+func (e *env) daemonSet(ctx context.Context, t *testing.T) *appsv1.DaemonSet {
+	ds, err := e.cs.AppsV1().DaemonSets(dsNamespace).Get(ctx, dsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+var _ = http.StatusOK
