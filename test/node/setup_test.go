@@ -119,10 +119,10 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	// A node identity as kubeadm gives one: a client certificate, the Node authorizer and
-	// NodeRestriction admission (later flags win over test/cluster's).
+	// NodeRestriction admission.
 	e.c = cluster.Start(t, cluster.Options{SingleStack: true, APIServerArgs: []string{
 		"--client-ca-file=" + ca.File,
-		"--authorization-mode=Node,RBAC",
+		"--authorization-mode=Node", // appended to test/cluster's RBAC: a list flag
 		"--enable-admission-plugins=NodeRestriction",
 	}})
 	e.cs = e.c.Client()
@@ -292,8 +292,8 @@ patches:
       - {op: replace, path: /data/cluster-cidr, value: %q}
       - {op: replace, path: /data/service-cidr, value: %q}
 images:
-  - {name: nftproxy, newName: %s, newTag: %s}
-`, rel, e.apiURL, PodCIDR, cluster.ServiceCIDRv4, NftproxyRepo, tag)
+  - {name: %s, newName: %s, newTag: %s}
+`, rel, e.apiURL, PodCIDR, cluster.ServiceCIDRv4, NftproxyRepo, NftproxyRepo, tag)
 	if err := os.WriteFile(filepath.Join(e.overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
