@@ -55,7 +55,7 @@ e2e: deps build
 ## node: only the node tier: nftproxy deployed from deploy/ as a DaemonSet pod on a real kubelet
 ## and containerd, Services and day-2 operations under traffic; prints figures (needs root)
 node: deps node-tools
-	$(GO) test -count=1 -v -timeout 40m ./test/node/
+	NFTPROXY_NODE_FULL=1 $(GO) test -count=1 -v -timeout 40m ./test/node/
 
 ## soak: fault-tolerance scenarios, long profile (restart under traffic, drift, 10k-Service churn,
 ## hostile input, kernel errors, bounded fuzzing), then the 10k-Service churn in Kubernetes mode

@@ -20,6 +20,14 @@ import (
 // has service proxies fail /healthz then, so load balancers drain the node before it goes.
 const drainTaint = "ToBeDeletedByClusterAutoscaler"
 
+// New connections take source ports from freshPortFirst on, above Linux's ephemeral range
+// (32768-60999), in turn: at 10 a second each port comes back after minutes, longer than a
+// UDP conntrack entry lives.
+const (
+	freshPortFirst = 61000
+	freshPorts     = 4500
+)
+
 // traffic keeps connections going while day-2 operations run: new TCP and UDP connections
 // from the client to a LoadBalancer IP and from the node to a ClusterIP (the backends may
 // roll), and one long-lived TCP connection and one UDP flow from the client to a backend that
@@ -80,9 +88,17 @@ func (e *env) startTraffic(ctx context.Context, cip string) *traffic {
 		}()
 	}
 	newConn := func(kind string, ns *netns.NS, proto, addr string) {
+		// Each probe from its own source port, taken in turn from above the kernel's ephemeral
+		// range: a new connection is a new conntrack flow. With the kernel's random choice a
+		// UDP probe sometimes reused a port within the conntrack timeout and followed that
+		// flow's DNAT to a backend that had just exited (ICMP port unreachable).
+		next := uint16(0)
 		every(100*time.Millisecond, func() {
 			phase := tr.current()
-			tr.record(phase, kind, d.Dial(ctx, ns, proto, addr), "web-")
+			dd := d
+			dd.SourcePort = freshPortFirst + next%freshPorts
+			next++
+			tr.record(phase, kind, dd.Dial(ctx, ns, proto, addr), "web-")
 		})
 	}
 	newConn("new tcp client->LB", e.node.Client, "tcp", lbWeb+":80")
@@ -151,6 +167,10 @@ func (e *env) day2(ctx context.Context, t *testing.T) {
 	}
 	phase("baseline", func() { time.Sleep(3 * time.Second) })
 
+	if !fullProfile() {
+		phase("kubectl delete pod nftproxy", func() { e.deleteDaemonPod(ctx, t) })
+		return
+	}
 	phase("DaemonSet rolling update", func() {
 		old := e.currentDaemonPod(ctx, t)
 		e.deploy(ctx, tagNew)
@@ -158,14 +178,7 @@ func (e *env) day2(ctx context.Context, t *testing.T) {
 		e.recordPodFigures(ctx, t, pod, " (rolling update)")
 	})
 
-	phase("kubectl delete pod nftproxy", func() {
-		old := e.currentDaemonPod(ctx, t)
-		if err := e.cs.CoreV1().Pods(dsNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		pod := e.waitDaemonPod(ctx, t, tagNew, old)
-		e.recordPodFigures(ctx, t, pod, " (after delete)")
-	})
+	phase("kubectl delete pod nftproxy", func() { e.deleteDaemonPod(ctx, t) })
 
 	phase("backend rollout", func() {
 		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"echo","image":%q}]}}}}`, EchoImage+":2")
@@ -205,6 +218,23 @@ func (e *env) day2(ctx context.Context, t *testing.T) {
 			return err == nil && code == 200, fmt.Sprintf("%d %v %v", code, body, err)
 		})
 	})
+}
+
+// deleteDaemonPod deletes the running nftproxy pod, as `kubectl delete pod` does, and waits
+// for the DaemonSet's new one to be Ready.
+func (e *env) deleteDaemonPod(ctx context.Context, t *testing.T) {
+	old := e.currentDaemonPod(ctx, t)
+	tag := strings.TrimPrefix(e.daemonImage(ctx, t), NftproxyRepo+":")
+	if err := e.cs.CoreV1().Pods(dsNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := e.waitDaemonPod(ctx, t, tag, old)
+	e.recordPodFigures(ctx, t, pod, " (after delete)")
+}
+
+// daemonImage is the image the DaemonSet's template names.
+func (e *env) daemonImage(ctx context.Context, t *testing.T) string {
+	return e.daemonSet(ctx, t).Spec.Template.Spec.Containers[0].Image
 }
 
 // currentDaemonPod is the name of the DaemonSet's running pod.

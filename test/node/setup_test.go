@@ -47,6 +47,10 @@ type env struct {
 	images  map[string]string
 	overlay string // the kustomize overlay folder
 	figures *figures
+	// procStart and firstSync are the last daemon process's start (Unix seconds) and its first
+	// sync, from its metrics.
+	procStart float64
+	firstSync time.Duration
 }
 
 // prerequisites are what the tier needs on the machine; Debian packages come from
