@@ -44,8 +44,9 @@ lint:
 unit:
 	NFTPROXY_UNIT_ONLY=1 $(GO) test -race -count=1 $(PKGS)
 
-## test: every tier that runs on this machine (unit, kernel, data-plane e2e); needs root
-test: deps lint build cluster-tools
+## test: every tier that runs on this machine (unit, kernel, data-plane e2e, the node tier's short
+## profile); needs root
+test: deps lint build cluster-tools node-tools
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## e2e: only the packet-level end-to-end tier

@@ -68,18 +68,22 @@ var prerequisites = []struct{ path, hint string }{
 }
 
 // require skips the tier where the cluster tier is off (make unit, NFTPROXY_SKIP_CLUSTER,
-// -short), and otherwise fails it, with what to install, when something it needs is missing:
-// a missing package never turns into a silent skip.
+// -short) or on NFTPROXY_SKIP_NODE, and for a user other than root outside CI (as the kernel
+// tiers do). Otherwise a missing prerequisite fails it, saying what to install: in CI, or as
+// root (make test installs the packages first), it never turns into a skip.
 func require(t *testing.T) {
 	t.Helper()
 	cluster.Skip(t)
 	if os.Getenv("NFTPROXY_SKIP_NODE") != "" {
 		t.Skip("NFTPROXY_SKIP_NODE is set: node tier skipped")
 	}
-	var missing []string
 	if os.Geteuid() != 0 {
-		missing = append(missing, "root (the node tier runs a kubelet, containerd and network namespaces)")
+		if os.Getenv("CI") == "" {
+			t.Skip("needs root: runs a kubelet, containerd and network namespaces")
+		}
+		t.Fatal("node tier: needs root (runs a kubelet, containerd and network namespaces); CI must run it as root")
 	}
+	var missing []string
 	for _, p := range prerequisites {
 		if strings.HasPrefix(p.path, "/") {
 			if _, err := os.Stat(p.path); err != nil {
