@@ -58,6 +58,23 @@ func (e *env) deployNftproxy(ctx context.Context, t *testing.T) {
 	e.figures.set("apply -> nftproxy pod Ready", time.Since(applied))
 	e.recordPodFigures(ctx, t, pod, "")
 	e.checkShippedPod(t, pod)
+	e.checkNoWarnings(ctx, t, pod.Name)
+}
+
+// checkNoWarnings fails on Warning events about the nftproxy pod or DaemonSet: what the
+// kubelet and the controllers object to in the shipped manifests (a refused field, a failed
+// mount, a probe that failed on the way to Ready).
+func (e *env) checkNoWarnings(ctx context.Context, t *testing.T, pod string) {
+	evs, err := e.cs.CoreV1().Events(dsNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs.Items {
+		about := ev.InvolvedObject.Name == pod || (ev.InvolvedObject.Kind == "DaemonSet" && ev.InvolvedObject.Name == dsName)
+		if about && ev.Type == corev1.EventTypeWarning {
+			t.Errorf("Warning event on %s %s: %s: %s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+		}
+	}
 }
 
 // waitDaemonPod waits until the DaemonSet has exactly one pod, other than notName, running
