@@ -172,10 +172,10 @@ func (e *env) day2(ctx context.Context, t *testing.T) {
 		return
 	}
 	phase("DaemonSet rolling update", func() {
-		old := e.currentDaemonPod(ctx, t)
+		old := e.daemonPods(ctx, t)
 		e.deploy(ctx, tagNew)
-		pod := e.waitDaemonPod(ctx, t, tagNew, old)
-		e.recordPodFigures(ctx, t, pod, " (rolling update)")
+		pods := e.waitDaemonPods(ctx, t, tagNew, old)
+		e.recordPodFigures(ctx, t, pods[e.node.Name], " (rolling update)")
 	})
 
 	phase("kubectl delete pod nftproxy", func() { e.deleteDaemonPod(ctx, t) })
@@ -207,29 +207,35 @@ func (e *env) day2(ctx context.Context, t *testing.T) {
 	phase("node drain signal (KEP-3836)", func() {
 		e.setDrainTaint(ctx, t, true)
 		e.waitFor(ctx, "/healthz 503 on the drain taint", func() (bool, string) {
-			code, body, err := e.healthz()
+			code, body, err := e.healthz(1)
 			return err == nil && code == 503, fmt.Sprintf("%d %v %v", code, body, err)
 		})
+		// The taint is the first node's: the others stay in their load balancers.
+		for i := 2; i <= len(e.nodes); i++ {
+			if code, body, err := e.healthz(i); err != nil || code != 200 {
+				t.Errorf("%s /healthz while %s is being drained: %d %v %v, want 200", NodeName(i), e.node.Name, code, body, err)
+			}
+		}
 		// Services keep answering while the load balancers drain the node.
 		time.Sleep(3 * time.Second)
 		e.setDrainTaint(ctx, t, false)
 		e.waitFor(ctx, "/healthz 200 once the taint is gone", func() (bool, string) {
-			code, body, err := e.healthz()
+			code, body, err := e.healthz(1)
 			return err == nil && code == 200, fmt.Sprintf("%d %v %v", code, body, err)
 		})
 	})
 }
 
-// deleteDaemonPod deletes the running nftproxy pod, as `kubectl delete pod` does, and waits
-// for the DaemonSet's new one to be Ready.
+// deleteDaemonPod deletes the nftproxy pod of the first node (the one the client's traffic
+// enters), as `kubectl delete pod` does, and waits for the DaemonSet's new one to be Ready.
 func (e *env) deleteDaemonPod(ctx context.Context, t *testing.T) {
 	old := e.currentDaemonPod(ctx, t)
 	tag := strings.TrimPrefix(e.daemonImage(ctx, t), NftproxyRepo+":")
 	if err := e.cs.CoreV1().Pods(dsNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := e.waitDaemonPod(ctx, t, tag, old)
-	e.recordPodFigures(ctx, t, pod, " (after delete)")
+	pods := e.waitDaemonPods(ctx, t, tag, map[string]bool{old: true})
+	e.recordPodFigures(ctx, t, pods[e.node.Name], " (after delete)")
 }
 
 // daemonImage is the image the DaemonSet's template names.
@@ -237,14 +243,14 @@ func (e *env) daemonImage(ctx context.Context, t *testing.T) string {
 	return e.daemonSet(ctx, t).Spec.Template.Spec.Containers[0].Image
 }
 
-// currentDaemonPod is the name of the DaemonSet's running pod.
+// currentDaemonPod is the name of the DaemonSet's running pod on the first node.
 func (e *env) currentDaemonPod(ctx context.Context, t *testing.T) string {
 	pods, err := e.cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && podReady(&p) {
+		if p.DeletionTimestamp == nil && podReady(&p) && p.Spec.NodeName == e.node.Name {
 			return p.Name
 		}
 	}
@@ -252,9 +258,9 @@ func (e *env) currentDaemonPod(ctx context.Context, t *testing.T) string {
 	return ""
 }
 
-// setDrainTaint adds or removes the cluster autoscaler's deletion taint on the node.
+// setDrainTaint adds or removes the cluster autoscaler's deletion taint on the first node.
 func (e *env) setDrainTaint(ctx context.Context, t *testing.T, on bool) {
-	n, err := e.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	n, err := e.cs.CoreV1().Nodes().Get(ctx, e.node.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,12 +47,14 @@ type hostState struct {
 	sysctls map[string]string   // path -> value
 	paths   map[string][]string // existing path -> its entries; absent paths are not keys
 	cgroups []string            // cgroup hierarchy mount points
+	top     string              // the node's cgroup folder in each of them (its cgroupRoot)
 }
 
-// recordHost records the host's state and refuses a host where a kubelet's cgroups exist
-// already: clean-up could not tell them from the tier's.
-func recordHost() (*hostState, error) {
-	h := &hostState{sysctls: map[string]string{}, paths: map[string][]string{}}
+// recordHost records the host's state and creates the node's cgroup folder top in every
+// hierarchy. It refuses a host where top exists already: clean-up could not tell another
+// run's cgroups from its own.
+func recordHost(top string) (*hostState, error) {
+	h := &hostState{sysctls: map[string]string{}, paths: map[string][]string{}, top: top}
 	for _, k := range kernelSysctls {
 		b, err := os.ReadFile(k)
 		if err != nil {
@@ -79,11 +81,39 @@ func recordHost() (*hostState, error) {
 		return nil, err
 	}
 	for _, m := range h.cgroups {
-		if _, err := os.Stat(filepath.Join(m, "kubepods")); err == nil {
-			return nil, fmt.Errorf("%s/kubepods exists: another kubelet runs (or ran) on this machine; stop it and remove its cgroups (rmdir, deepest first) before running the node tier", m)
+		if _, err := os.Stat(filepath.Join(m, top)); err == nil {
+			return nil, fmt.Errorf("%s/%s exists: another node tier runs (or a killed one ran) on this machine; stop it and remove its cgroups (rmdir, deepest first) before running the node tier", m, top)
+		}
+	}
+	for _, m := range h.cgroups {
+		if err := makeCgroup(m, top); err != nil {
+			h.removeCgroups(0)
+			return nil, err
 		}
 	}
 	return h, nil
+}
+
+// makeCgroup creates dir under the hierarchy mounted at m. A new cgroup v1 cpuset has no CPUs
+// and no memory nodes, and no task can join it: it gets its parent's.
+func makeCgroup(m, dir string) error {
+	p := filepath.Join(m, dir)
+	if err := os.Mkdir(p, 0o755); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", p, err)
+	}
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		b, err := os.ReadFile(filepath.Join(m, f))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // not the cpuset hierarchy
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(p, f), b, 0o644); err != nil {
+			return fmt.Errorf("cgroup %s: %s: %w", p, f, err)
+		}
+	}
+	return nil
 }
 
 // cgroupMounts lists the mount points of every cgroup (v1) and cgroup2 hierarchy.
@@ -126,12 +156,12 @@ func mountsUnder(dir string) ([]string, error) {
 	return out, sc.Err()
 }
 
-// killCgroupProcs sends SIGKILL to every process in the kubepods cgroups: containers that
+// killCgroupProcs sends SIGKILL to every process in the node's cgroups: containers that
 // outlived their runtime. It returns how many it signalled.
 func (h *hostState) killCgroupProcs() int {
 	n := 0
 	for _, m := range h.cgroups {
-		_ = filepath.WalkDir(filepath.Join(m, "kubepods"), func(p string, d fs.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(m, h.top), func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
 			}
@@ -149,14 +179,14 @@ func (h *hostState) killCgroupProcs() int {
 	return n
 }
 
-// removeCgroups removes the kubepods cgroups of every hierarchy, deepest first, retrying
+// removeCgroups removes the node's cgroups from every hierarchy, deepest first, retrying
 // while their last processes exit. It returns those that stayed.
 func (h *hostState) removeCgroups(wait time.Duration) []string {
 	deadline := time.Now().Add(wait)
 	for {
 		var left []string
 		for _, m := range h.cgroups {
-			root := filepath.Join(m, "kubepods")
+			root := filepath.Join(m, h.top)
 			var dirs []string
 			_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 				if err == nil && d.IsDir() {

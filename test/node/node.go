@@ -16,21 +16,35 @@ import (
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
-// The node's address plan (198.18.0.0/15, as every tier's). The node's uplink is a veth to
-// the client namespace, which stands for the rest of the network: it routes the Service ranges
-// to the node and forwards nothing itself.
+// The address plan (198.18.0.0/15, as every tier's). The nodes and the client share one link,
+// a bridge in the client's namespace, which stands for the rest of the network: it routes the
+// Service ranges to the first node and forwards nothing itself. Node n (from 1) is
+// 198.18.0.(2n-1) with pods in 198.18.(127+n).0/24 on its own bridge.
 const (
-	NodeIP     = "198.18.0.1"
-	ClientIP   = "198.18.0.2"
-	PodCIDR    = "198.18.128.0/24"
-	PodGateway = "198.18.128.1"
-	// Bridge is the pods' bridge in the node's namespace; the CNI bridge plugin attaches pods
+	ClientIP = "198.18.0.2"
+	// ClusterCIDR holds every node's pod range.
+	ClusterCIDR = "198.18.128.0/23"
+	// Bridge is the pods' bridge in a node's namespace; the CNI bridge plugin attaches pods
 	// to it (the test creates it and gives it the gateway address).
 	Bridge = "cbr0"
+	// LAN is the bridge in the client's namespace that links the nodes and the client.
+	LAN = "lan"
 )
+
+// NodeIP is node n's address (n from 1).
+func NodeIP(n int) string { return fmt.Sprintf("198.18.0.%d", 2*n-1) }
+
+// PodCIDR is node n's pod range, PodGateway its bridge's address.
+func PodCIDR(n int) string    { return fmt.Sprintf("198.18.%d.0/24", 127+n) }
+func PodGateway(n int) string { return fmt.Sprintf("198.18.%d.1", 127+n) }
+
+// NodeName is node n's name.
+func NodeName(n int) string { return fmt.Sprintf("node-%d", n) }
 
 // Config is what a node runs.
 type Config struct {
+	// Index is the node's number (from 1); it decides its name, addresses and cgroup root.
+	Index int
 	// Name is the Node's name.
 	Name string
 	// Kubelet is the kubelet binary.
@@ -64,15 +78,21 @@ type Node struct {
 	kubelet    *proc
 }
 
-// NewNode records the host's state, creates the node's network, starts containerd and returns
-// the node; Teardown undoes it all. Call ImportImages, then StartKubelet.
-func NewNode(ctx context.Context, cfg Config, ns, client *netns.NS) (*Node, error) {
+// cgroupTop is the cgroup folder, in every hierarchy, that holds the node's pods (the
+// kubelet's cgroupRoot): one per node, so two kubelets never take each other's pods for
+// orphans.
+func (n *Node) cgroupTop() string { return fmt.Sprintf("nftnode-%d", n.Index) }
+
+// NewNode records the host's state, creates the node's network (nodes is how many the
+// cluster has, for the routes), starts containerd and returns the node; Teardown undoes it
+// all. Call ImportImage, then StartKubelet.
+func NewNode(ctx context.Context, cfg Config, ns, client *netns.NS, nodes int) (*Node, error) {
 	n := &Node{Config: cfg, NS: ns, Client: client, Socket: filepath.Join(cfg.Dir, "containerd.sock")}
 	var err error
-	if n.host, err = recordHost(); err != nil {
+	if n.host, err = recordHost(n.cgroupTop()); err != nil {
 		return nil, err
 	}
-	if err := n.network(); err != nil {
+	if err := n.network(nodes); err != nil {
 		return n, err
 	}
 	if err := n.startContainerd(ctx); err != nil {
@@ -81,22 +101,27 @@ func NewNode(ctx context.Context, cfg Config, ns, client *netns.NS) (*Node, erro
 	return n, nil
 }
 
-// network wires the node: eth0 (NodeIP) to the client, the pod bridge, forwarding on, bridged
-// frames through netfilter (as kubeadm asks), and routes for the Service ranges on the client.
-func (n *Node) network() error {
+// network wires the node: eth0 on the client's LAN bridge, the pod bridge, routes to the
+// other nodes' pod ranges (as a flat routed network would), forwarding on, and bridged frames
+// through netfilter (as kubeadm asks).
+func (n *Node) network(nodes int) error {
+	ip, peer := NodeIP(n.Index), "to-"+n.Name
 	steps := [][]string{
-		{"ip", "-n", n.NS.Name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", n.Client.Name},
-		{"ip", "-n", n.NS.Name, "addr", "add", NodeIP + "/24", "dev", "eth0"},
+		{"ip", "-n", n.NS.Name, "link", "add", "eth0", "type", "veth", "peer", "name", peer, "netns", n.Client.Name},
+		{"ip", "-n", n.Client.Name, "link", "set", peer, "master", LAN, "up"},
+		{"ip", "-n", n.NS.Name, "addr", "add", ip + "/24", "dev", "eth0"},
 		{"ip", "-n", n.NS.Name, "link", "set", "eth0", "up"},
 		{"ip", "-n", n.NS.Name, "link", "add", Bridge, "type", "bridge"},
-		{"ip", "-n", n.NS.Name, "addr", "add", PodGateway + "/24", "dev", Bridge},
+		{"ip", "-n", n.NS.Name, "addr", "add", PodGateway(n.Index) + "/24", "dev", Bridge},
 		{"ip", "-n", n.NS.Name, "link", "set", Bridge, "up"},
 		// A default route, so the node's own sockets can send to a Service address (a local
 		// packet needs a route before the output hook DNATs it); the client drops the rest.
 		{"ip", "-n", n.NS.Name, "route", "add", "default", "via", ClientIP},
-		{"ip", "-n", n.Client.Name, "addr", "add", ClientIP + "/24", "dev", "eth0"},
-		{"ip", "-n", n.Client.Name, "link", "set", "eth0", "up"},
-		{"ip", "-n", n.Client.Name, "route", "add", "198.19.0.0/16", "via", NodeIP},
+	}
+	for m := 1; m <= nodes; m++ {
+		if m != n.Index {
+			steps = append(steps, []string{"ip", "-n", n.NS.Name, "route", "add", PodCIDR(m), "via", NodeIP(m)})
+		}
 	}
 	for _, s := range steps {
 		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
@@ -114,6 +139,23 @@ func (n *Node) network() error {
 	for k, v := range sysctls {
 		if _, err := n.NS.Run("sh", "-c", fmt.Sprintf("echo %s > /proc/sys/%s", v, k)); err != nil {
 			return fmt.Errorf("node sysctl %s=%s: %w (bridge-nf-call-* needs br_netfilter)", k, v, err)
+		}
+	}
+	return nil
+}
+
+// Client wires the client namespace: the LAN bridge with the client's address, and the
+// Service ranges routed to the first node (as a router in front of a cluster would, to one of
+// its nodes).
+func Client(client *netns.NS) error {
+	for _, s := range [][]string{
+		{"ip", "-n", client.Name, "link", "add", LAN, "type", "bridge"},
+		{"ip", "-n", client.Name, "addr", "add", ClientIP + "/24", "dev", LAN},
+		{"ip", "-n", client.Name, "link", "set", LAN, "up"},
+		{"ip", "-n", client.Name, "route", "add", "198.19.0.0/16", "via", NodeIP(1)},
+	} {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(s, " "), err, out)
 		}
 	}
 	return nil
@@ -177,12 +219,12 @@ func (n *Node) cniConfig() string {
     "ipam": {
       "type": "host-local",
       "dataDir": %q,
-      "ranges": [[{"subnet": %q, "rangeStart": "198.18.128.10", "rangeEnd": "198.18.128.250", "gateway": %q}]],
+      "ranges": [[{"subnet": %q, "rangeStart": "198.18.%[5]d.10", "rangeEnd": "198.18.%[5]d.250", "gateway": %[4]q}]],
       "routes": [{"dst": "0.0.0.0/0"}]
     }
   }]
 }
-`, Bridge, filepath.Join(n.Dir, "cni", "ipam"), PodCIDR, PodGateway)
+`, Bridge, filepath.Join(n.Dir, "cni", "ipam"), PodCIDR(n.Index), PodGateway(n.Index), 127+n.Index)
 }
 
 // startContainerd starts containerd in a new private mount namespace, inside the node's
@@ -251,6 +293,7 @@ func (n *Node) kubeletConfig() string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
+cgroupRoot: /%[4]s
 containerRuntimeEndpoint: unix://%[1]s
 failSwapOn: false
 address: 127.0.0.1
@@ -274,7 +317,7 @@ evictionHard:
   memory.available: 50Mi
   nodefs.available: 1%%
   imagefs.available: 1%%
-`, n.Socket, filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"))
+`, n.Socket, filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"), n.cgroupTop())
 }
 
 // StartKubelet starts the kubelet in the node's network and mount namespaces.
@@ -293,11 +336,26 @@ current-context: test
 `, n.APIServer, n.CAFile, n.ClientCert, n.ClientKey)), 0o600); err != nil {
 		return err
 	}
+	// The kubelet's device-plugin folder is fixed (/var/lib/kubelet/device-plugins) whatever its
+	// root, and a kubelet empties it at start: each node gets its own, bind-mounted in the
+	// node's private mount namespace, so two kubelets never remove each other's socket.
+	dp, fixed := filepath.Join(n.Dir, "device-plugins"), "/var/lib/kubelet/device-plugins"
+	for _, d := range []string{dp, fixed} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	mntNS := "--mount=/proc/" + strconv.Itoa(n.containerd.cmd.Process.Pid) + "/ns/mnt"
+	if out, err := exec.Command("nsenter", mntNS, "mount", "--bind", dp, fixed).CombinedOutput(); err != nil {
+		return fmt.Errorf("bind-mount the node's device-plugin folder: %w: %s", err, out)
+	}
 	var err error
 	n.kubelet, err = startProc("kubelet", filepath.Join(n.Dir, "logs", "kubelet.log"),
-		"nsenter", "--mount=/proc/"+strconv.Itoa(n.containerd.cmd.Process.Pid)+"/ns/mnt", "--net=/run/netns/"+n.NS.Name,
+		"nsenter", mntNS, "--net=/run/netns/"+n.NS.Name,
+		// --cert-dir defaults to /var/lib/kubelet/pki whatever --root-dir says.
 		n.Kubelet, "--config="+cfg, "--kubeconfig="+kc, "--root-dir="+filepath.Join(n.Dir, "kubelet"),
-		"--hostname-override="+n.Name, "--node-ip="+NodeIP, "--v=1")
+		"--cert-dir="+filepath.Join(n.Dir, "pki"),
+		"--hostname-override="+n.Name, "--node-ip="+NodeIP(n.Index), "--v=1")
 	return err
 }
 
@@ -324,7 +382,7 @@ func (n *Node) PodPID(containerID string) (int, error) {
 		id = after
 	}
 	var found string
-	root := "/sys/fs/cgroup/pids/kubepods"
+	root := filepath.Join("/sys/fs/cgroup/pids", n.cgroupTop(), "kubepods")
 	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() && d.Name() == id {
 			found = p
@@ -379,7 +437,7 @@ func (n *Node) Teardown() []error {
 	if n.host != nil {
 		step("remove cgroups", func() {
 			if k := n.host.killCgroupProcs(); k > 0 {
-				n.Logf("node teardown: killed %d processes left in kubepods cgroups", k)
+				n.Logf("node teardown: killed %d processes left in the node's cgroups", k)
 			}
 			if left := n.host.removeCgroups(30 * time.Second); len(left) > 0 {
 				errs = append(errs, fmt.Errorf("cgroups left behind (busy): %v", left))

@@ -20,7 +20,6 @@ const (
 	dsNamespace = "kube-system"
 	dsName      = "nftproxy"
 	dsSelector  = "app.kubernetes.io/name=nftproxy"
-	healthzURL  = "http://" + NodeIP + ":10266/healthz"
 	metricsURL  = "http://127.0.0.1:10265/metrics"
 )
 
@@ -54,11 +53,13 @@ func TestNode(t *testing.T) {
 func (e *env) deployNftproxy(ctx context.Context, t *testing.T) {
 	applied := time.Now()
 	e.deploy(ctx, tagOld)
-	pod := e.waitDaemonPod(ctx, t, tagOld, "")
-	e.figures.set("apply -> nftproxy pod Ready", time.Since(applied))
-	e.recordPodFigures(ctx, t, pod, "")
-	e.checkShippedPod(t, pod)
-	e.checkNoWarnings(ctx, t, pod.Name)
+	pods := e.waitDaemonPods(ctx, t, tagOld, nil)
+	e.figures.set("apply -> nftproxy pod Ready on every node", time.Since(applied))
+	e.recordPodFigures(ctx, t, pods[e.node.Name], "")
+	for _, pod := range pods {
+		e.checkShippedPod(t, pod)
+		e.checkNoWarnings(ctx, t, pod.Name)
+	}
 }
 
 // checkNoWarnings fails on Warning events about the nftproxy pod or DaemonSet: what the
@@ -77,33 +78,44 @@ func (e *env) checkNoWarnings(ctx context.Context, t *testing.T, pod string) {
 	}
 }
 
-// waitDaemonPod waits until the DaemonSet has exactly one pod, other than notName, running
-// image tag and Ready, and returns it.
-func (e *env) waitDaemonPod(ctx context.Context, t *testing.T, tag, notName string) *corev1.Pod {
-	var ready *corev1.Pod
+// waitDaemonPods waits until the DaemonSet has, on every node, a pod that is not in old, runs
+// image tag and is Ready; it returns them by node.
+func (e *env) waitDaemonPods(ctx context.Context, t *testing.T, tag string, old map[string]bool) map[string]*corev1.Pod {
+	var ready map[string]*corev1.Pod
 	e.firstSync = 0
-	e.waitFor(ctx, "nftproxy pod Ready with tag "+tag, func() (bool, string) {
+	e.waitFor(ctx, "an nftproxy pod Ready with tag "+tag+" on every node", func() (bool, string) {
 		e.sampleFirstSync()
 		pods, err := e.cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
 		if err != nil {
 			return false, err.Error()
 		}
+		ready = map[string]*corev1.Pod{}
 		var states []string
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			states = append(states, podState(p))
-			if p.Name == notName || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 ||
-				p.Spec.Containers[0].Image != NftproxyRepo+":"+tag {
+			if old[p.Name] || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 ||
+				p.Spec.Containers[0].Image != NftproxyRepo+":"+tag || !podReady(p) {
 				continue
 			}
-			if podReady(p) {
-				ready = p
-				return true, ""
-			}
+			ready[p.Spec.NodeName] = p
 		}
-		return false, strings.Join(states, "; ")
+		return len(ready) == len(e.nodes), strings.Join(states, "; ")
 	})
 	return ready
+}
+
+// daemonPods are the names of the DaemonSet's current pods.
+func (e *env) daemonPods(ctx context.Context, t *testing.T) map[string]bool {
+	pods, err := e.cs.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{LabelSelector: dsSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range pods.Items {
+		out[p.Name] = true
+	}
+	return out
 }
 
 // podState is a one-line account of a pod for wait messages.
@@ -208,7 +220,8 @@ func (e *env) checkShippedPod(t *testing.T, p *corev1.Pod) {
 	}
 }
 
-// metrics reads nftproxy's /metrics on the node's loopback and returns the unlabelled samples.
+// metrics reads nftproxy's /metrics on the first node's loopback and returns the unlabelled
+// samples.
 func (e *env) metrics() (map[string]float64, error) {
 	resp, err := e.node.NS.HTTPClient(5 * time.Second).Get(metricsURL)
 	if err != nil {
@@ -232,10 +245,10 @@ func (e *env) metrics() (map[string]float64, error) {
 	return out, nil
 }
 
-// healthz is /healthz's status code and body, asked on the node's address as a load balancer
-// would.
-func (e *env) healthz() (int, map[string]any, error) {
-	resp, err := e.node.Client.HTTPClient(5 * time.Second).Get(healthzURL)
+// healthz is /healthz's status code and body on node n, asked on its address as a load
+// balancer would.
+func (e *env) healthz(n int) (int, map[string]any, error) {
+	resp, err := e.node.Client.HTTPClient(5 * time.Second).Get("http://" + NodeIP(n) + ":10266/healthz")
 	if err != nil {
 		return 0, nil, err
 	}

@@ -29,10 +29,10 @@ const (
 	probesPer = 6
 )
 
-// deployment is a Deployment of the echo backend: replicas pods labelled app=name, each
-// answering on ports with its own name; a rollout surges one new pod before taking an old one
-// away, so some pod is always Ready.
-func deployment(name string, replicas int32, tag, ports string) *appsv1.Deployment {
+// deployment is a Deployment of the echo backend on one node: replicas pods labelled
+// app=name, each answering on ports with its own name; a rollout surges one new pod before
+// taking an old one away, so some pod is always Ready.
+func deployment(name, node string, replicas int32, tag, ports string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
 	return &appsv1.Deployment{
@@ -44,7 +44,7 @@ func deployment(name string, replicas int32, tag, ports string) *appsv1.Deployme
 				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &zero, MaxSurge: &one}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, Containers: []corev1.Container{{
 					Name:            "echo",
 					Image:           EchoImage + ":" + tag,
 					ImagePullPolicy: corev1.PullIfNotPresent,
@@ -89,9 +89,11 @@ func httpAndUDP() []corev1.ServicePort {
 func (e *env) createBackends(ctx context.Context, t *testing.T) {
 	e.ensureNamespace(ctx, appNS)
 	for _, d := range []*appsv1.Deployment{
-		deployment("web", 2, "1", webPorts),
-		deployment("steady", 1, "1", "8080"),
-		deployment("client", 1, "1", "8080"),
+		// The backends on the first node; the client pod on the last, so that with two nodes
+		// its traffic crosses to the other node and the second node has no local endpoint.
+		deployment("web", e.node.Name, 2, "1", webPorts),
+		deployment("steady", e.node.Name, 1, "1", "8080"),
+		deployment("client", e.nodes[len(e.nodes)-1].Name, 1, "1", "8080"),
 	} {
 		if _, err := e.cs.AppsV1().Deployments(appNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -169,7 +171,16 @@ func (e *env) podNS(ctx context.Context, t *testing.T, app string) *netns.NS {
 		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].ContainerID == "" || !podReady(&p) {
 			continue
 		}
-		pid, err := e.node.PodPID(p.Status.ContainerStatuses[0].ContainerID)
+		var node *Node
+		for _, n := range e.nodes {
+			if n.Name == p.Spec.NodeName {
+				node = n
+			}
+		}
+		if node == nil {
+			t.Fatalf("pod %s on %q, not one of the tier's nodes", p.Name, p.Spec.NodeName)
+		}
+		pid, err := node.PodPID(p.Status.ContainerStatuses[0].ContainerID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,6 +216,10 @@ type probe struct {
 	svc      string // whose endpoints may answer
 	port     uint16 // the port the backend must see
 	clientIP bool   // the backend must see the client's own address (no masquerade)
+	// seenFrom, when set, is the address the backend must see (a masquerading node's).
+	seenFrom string
+	// none: nothing may answer (externalTrafficPolicy Local on a node without an endpoint).
+	none bool
 }
 
 // services creates the backends and Services and probes each from a pod, the node and the
@@ -222,30 +237,45 @@ func (e *env) services(ctx context.Context, t *testing.T) {
 	hp := func(ip string, p int32) string {
 		return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(p)).String()
 	}
+	node1 := NodeIP(1)
 	probes := []probe{
-		{"pod", "tcp", hp(cip, 80), "web", 8080, false},
-		{"pod", "udp", hp(cip, 80), "web", 8080, false},
-		{"pod", "tcp", hp(rcip, 9003), "web-range", 9003, false},
-		{"pod", "udp", hp(acip, 7002), "web-all", 7002, false},
-		{"pod", "tcp", hp(lbWeb, 80), "web", 8080, false},
-		{"node", "tcp", hp(cip, 80), "web", 8080, false},
-		{"node", "udp", hp(cip, 80), "web", 8080, false},
-		{"node", "tcp", hp(NodeIP, np["tcp"]), "web", 8080, false},
-		{"node", "udp", hp(rcip, 9001), "web-range", 9001, false},
-		{"node", "tcp", hp(acip, 7001), "web-all", 7001, false},
-		{"client", "tcp", hp(lbWeb, 80), "web", 8080, false},
-		{"client", "udp", hp(lbWeb, 80), "web", 8080, false},
-		{"client", "tcp", hp(NodeIP, np["tcp"]), "web", 8080, false},
-		{"client", "udp", hp(NodeIP, np["udp"]), "web", 8080, false},
-		{"client", "tcp", hp(cip, 80), "web", 8080, false},
-		{"client", "tcp", hp(lbLocal, 80), "web", 8080, true},
-		{"client", "tcp", hp(NodeIP, lnp["tcp"]), "web", 8080, true},
+		{"pod", "tcp", hp(cip, 80), "web", 8080, false, "", false},
+		{"pod", "udp", hp(cip, 80), "web", 8080, false, "", false},
+		{"pod", "tcp", hp(rcip, 9003), "web-range", 9003, false, "", false},
+		{"pod", "udp", hp(acip, 7002), "web-all", 7002, false, "", false},
+		{"pod", "tcp", hp(lbWeb, 80), "web", 8080, false, "", false},
+		{"node", "tcp", hp(cip, 80), "web", 8080, false, "", false},
+		{"node", "udp", hp(cip, 80), "web", 8080, false, "", false},
+		{"node", "tcp", hp(node1, np["tcp"]), "web", 8080, false, "", false},
+		{"node", "udp", hp(rcip, 9001), "web-range", 9001, false, "", false},
+		{"node", "tcp", hp(acip, 7001), "web-all", 7001, false, "", false},
+		{"client", "tcp", hp(lbWeb, 80), "web", 8080, false, "", false},
+		{"client", "udp", hp(lbWeb, 80), "web", 8080, false, "", false},
+		{"client", "tcp", hp(node1, np["tcp"]), "web", 8080, false, "", false},
+		{"client", "udp", hp(node1, np["udp"]), "web", 8080, false, "", false},
+		{"client", "tcp", hp(cip, 80), "web", 8080, false, "", false},
+		{"client", "tcp", hp(lbLocal, 80), "web", 8080, true, "", false},
+		{"client", "tcp", hp(node1, lnp["tcp"]), "web", 8080, true, "", false},
+	}
+	if len(e.nodes) > 1 {
+		// The second node has no backend: a NodePort there crosses to the first node,
+		// masqueraded to the second node's address so the answer comes back through it;
+		// eTP=Local there has no local endpoint and drops.
+		node2 := NodeIP(2)
+		probes = append(probes,
+			probe{"client", "tcp", hp(node2, np["tcp"]), "web", 8080, false, node2, false},
+			probe{"client", "udp", hp(node2, np["udp"]), "web", 8080, false, node2, false},
+			probe{"client", "tcp", hp(node2, lnp["tcp"]), "web", 8080, false, "", true},
+		)
 	}
 	from := map[string]*netns.NS{"node": e.node.NS, "client": e.node.Client, "pod": e.podNS(ctx, t, "client")}
 	d := lab.Dialer{Timeout: 2 * time.Second, UDPAttempts: 1}
 	// The first probe of each kind may wait for the daemon's sync of the new Services.
 	programmed := time.Now()
 	for _, p := range probes {
+		if p.none {
+			continue
+		}
 		e.waitFor(ctx, fmt.Sprintf("%s %s %s to answer", p.from, p.proto, p.addr), func() (bool, string) {
 			r := d.Dial(ctx, from[p.from], p.proto, p.addr)
 			return r.Outcome == lab.Replied, r.String()
@@ -258,13 +288,21 @@ func (e *env) services(ctx context.Context, t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := map[string]int{}
-		for range probesPer {
+		n := probesPer
+		if p.none {
+			n = 2 // each waits for the dial timeout
+		}
+		for range n {
 			r := d.Dial(ctx, from[p.from], p.proto, p.addr)
 			if err := check(r, p, eps); err != nil {
 				t.Errorf("%s %s %s: %v", p.from, p.proto, p.addr, err)
 				continue
 			}
-			seen[r.Reply.Pod]++
+			if p.none {
+				seen[r.Outcome.String()]++
+			} else {
+				seen[r.Reply.Pod]++
+			}
 		}
 		t.Logf("%-6s %s %-21s -> %v", p.from, p.proto, p.addr, seen)
 	}
@@ -274,6 +312,12 @@ func (e *env) services(ctx context.Context, t *testing.T) {
 // the Service, another address than the API's for that pod, the wrong port, or a masqueraded
 // client where the policy keeps its address.
 func check(r lab.Result, p probe, eps map[string]string) error {
+	if p.none {
+		if r.Outcome == lab.Replied {
+			return fmt.Errorf("answered by %s; want no answer (no local endpoint)", r.Reply.Pod)
+		}
+		return nil
+	}
 	if r.Outcome != lab.Replied {
 		return fmt.Errorf("no answer: %s", r)
 	}
@@ -289,6 +333,9 @@ func check(r lab.Result, p probe, eps map[string]string) error {
 	}
 	if p.clientIP && r.Reply.From.Addr().String() != ClientIP {
 		return fmt.Errorf("pod %s saw %s, want the client's own %s (externalTrafficPolicy Local)", r.Reply.Pod, r.Reply.From, ClientIP)
+	}
+	if p.seenFrom != "" && r.Reply.From.Addr().String() != p.seenFrom {
+		return fmt.Errorf("pod %s saw %s, want the masquerading node's %s", r.Reply.Pod, r.Reply.From, p.seenFrom)
 	}
 	return nil
 }

@@ -24,7 +24,6 @@ import (
 
 // Names and tags the tier uses.
 const (
-	nodeName = "node-1"
 	// The nftproxy image is built twice from the same tree with two versions stamped in, so the
 	// DaemonSet's rolling update really changes the binary.
 	tagOld = "node-1"
@@ -42,7 +41,8 @@ type env struct {
 	c       *cluster.Cluster
 	cs      kubernetes.Interface
 	cp      *ControlPlane
-	node    *Node
+	nodes   []*Node
+	node    *Node  // the first: the client's route to the Service ranges leads there
 	apiURL  string // the API server as the node sees it
 	images  map[string]string
 	overlay string // the kustomize overlay folder
@@ -51,6 +51,8 @@ type env struct {
 	// sync, from its metrics.
 	procStart float64
 	firstSync time.Duration
+	// kubeletStart is when the first kubelet started.
+	kubeletStart time.Time
 }
 
 // prerequisites are what the tier needs on the machine; Debian packages come from
@@ -150,56 +152,76 @@ func start(t *testing.T) *env {
 		e.cp.Stop()
 	})
 
-	ns := netns.New(t, "node")
 	client := netns.New(t, "client")
-	e.apiURL = e.c.Relay(t, ns)
-
+	if err := Client(client); err != nil {
+		t.Fatal(err)
+	}
 	e.buildImages(ctx)
+	count := 1
+	if fullProfile() {
+		count = 2
+	}
+	for i := 1; i <= count; i++ {
+		e.startNode(ctx, i, count, client, ca, caFile, bins.Kubelet)
+	}
+	e.node = e.nodes[0]
+	for _, n := range e.nodes {
+		e.waitNodeReady(ctx, n.Name)
+	}
+	e.figures.set("kubelet start -> every Node Ready", time.Since(e.kubeletStart))
+	e.figures.set("set-up (binaries cached) -> every Node Ready", time.Since(began))
+	return e
+}
 
+// startNode starts node i of count: its network, containerd with the images, the kubelet.
+func (e *env) startNode(ctx context.Context, i, count int, client *netns.NS, ca *ClientCA, caFile, kubelet string) {
+	t := e.t
+	ns := netns.New(t, "node")
+	// The same URL in every node (the API server's port on each node's loopback): the
+	// ConfigMap names one api-server for all of them.
+	e.apiURL = e.c.RelaySamePort(t, ns)
 	// The node's folder is short (socket paths must fit 108 bytes) and outside t.TempDir:
 	// Teardown removes it once its mounts are gone.
 	dir, err := os.MkdirTemp("", "nftnode-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile, err := ca.Issue("system:node:"+nodeName, "system:nodes")
+	certFile, keyFile, err := ca.Issue("system:node:"+NodeName(i), "system:nodes")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		Name: nodeName, Kubelet: bins.Kubelet, Dir: dir, APIServer: e.apiURL,
+		Index: i, Name: NodeName(i), Kubelet: kubelet, Dir: dir, APIServer: e.apiURL,
 		CAFile: caFile, ClientCert: certFile, ClientKey: keyFile, Logf: t.Logf,
 	}
-	n, err := NewNode(ctx, cfg, ns, client)
+	n, err := NewNode(ctx, cfg, ns, client, count)
 	if n != nil {
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Log(n.Logs(60))
 			}
 			for _, err := range n.Teardown() {
-				t.Errorf("node teardown: %v", err)
+				t.Errorf("%s teardown: %v", n.Name, err)
 			}
 		})
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.node = n
+	e.nodes = append(e.nodes, n)
 	importStart := time.Now()
 	for _, ref := range []string{PauseImage, EchoImage + ":1", EchoImage + ":2", NftproxyRepo + ":" + tagOld, NftproxyRepo + ":" + tagNew} {
 		if err := n.ImportImage(ctx, e.images[ref]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("node: images imported in %s", time.Since(importStart).Round(time.Millisecond))
-	kubeletStart := time.Now()
+	t.Logf("%s: images imported in %s", n.Name, time.Since(importStart).Round(time.Millisecond))
+	if e.kubeletStart.IsZero() {
+		e.kubeletStart = time.Now()
+	}
 	if err := n.StartKubelet(); err != nil {
 		t.Fatal(err)
 	}
-	e.waitNodeReady(ctx)
-	e.figures.set("kubelet start -> Node Ready", time.Since(kubeletStart))
-	e.figures.set("set-up (binaries cached) -> Node Ready", time.Since(began))
-	return e
 }
 
 // buildImages builds nftproxy's image as `make image` does (two tags), the pause image and the
@@ -234,10 +256,10 @@ func (e *env) buildImages(ctx context.Context) {
 	e.figures.set("images built", time.Since(start))
 }
 
-// waitNodeReady waits for the Node's Ready condition.
-func (e *env) waitNodeReady(ctx context.Context) {
-	e.waitFor(ctx, "Node "+nodeName+" Ready", func() (bool, string) {
-		n, err := e.cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+// waitNodeReady waits for a Node's Ready condition.
+func (e *env) waitNodeReady(ctx context.Context, name string) {
+	e.waitFor(ctx, "Node "+name+" Ready", func() (bool, string) {
+		n, err := e.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -265,8 +287,10 @@ func (e *env) waitFor(ctx context.Context, what string, cond func() (bool, strin
 		if err := e.cp.Check(); err != nil {
 			e.t.Fatalf("waiting for %s: %v", what, err)
 		}
-		if e.node != nil && e.node.kubelet != nil && !e.node.KubeletRunning() {
-			e.t.Fatalf("waiting for %s: the kubelet exited: %v\n%s", what, e.node.kubelet.err, e.node.kubelet.tail(40))
+		for _, n := range e.nodes {
+			if n.kubelet != nil && !n.KubeletRunning() {
+				e.t.Fatalf("waiting for %s: %s's kubelet exited: %v\n%s", what, n.Name, n.kubelet.err, n.kubelet.tail(40))
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			e.t.Fatalf("%s: not within %s (last: %s)", what, waitBound, last)
@@ -301,7 +325,7 @@ patches:
       - {op: replace, path: /data/service-cidr, value: %q}
 images:
   - {name: %s, newName: %s, newTag: %s}
-`, rel, e.apiURL, PodCIDR, cluster.ServiceCIDRv4, NftproxyRepo, NftproxyRepo, tag)
+`, rel, e.apiURL, ClusterCIDR, cluster.ServiceCIDRv4, NftproxyRepo, NftproxyRepo, tag)
 	if err := os.WriteFile(filepath.Join(e.overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
