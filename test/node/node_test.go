@@ -58,8 +58,60 @@ func (e *env) deployNftproxy(ctx context.Context, t *testing.T) {
 	e.recordPodFigures(ctx, t, pods[e.node.Name], "")
 	for _, pod := range pods {
 		e.checkShippedPod(t, pod)
+		e.checkProcess(t, pod)
 		e.checkNoWarnings(ctx, t, pod.Name)
 	}
+}
+
+// checkProcess reads what the runtime gave the daemon's process, not what the manifest asks:
+// user 0, effective, permitted and bounding capabilities NET_ADMIN alone, no new privileges,
+// and a read-only root.
+func (e *env) checkProcess(t *testing.T, p *corev1.Pod) {
+	var node *Node
+	for _, n := range e.nodes {
+		if n.Name == p.Spec.NodeName {
+			node = n
+		}
+	}
+	if node == nil || len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s: node %q or container status missing", p.Name, p.Spec.NodeName)
+	}
+	pid, err := node.PodPID(p.Status.ContainerStatuses[0].ContainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const netAdmin = "0000000000001000" // 1 << CAP_NET_ADMIN (12)
+	want := map[string]string{"Uid:": "0", "CapEff:": netAdmin, "CapPrm:": netAdmin, "CapBnd:": netAdmin, "NoNewPrivs:": "1"}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && want[f[0]] != "" {
+			if f[1] != want[f[0]] {
+				t.Errorf("pod %s process %d: %s %s, want %s", p.Name, pid, f[0], f[1], want[f[0]])
+			}
+			delete(want, f[0])
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("pod %s process %d: /proc status has no %v", p.Name, pid, want)
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == "/" {
+			if !strings.HasPrefix(f[5], "ro") {
+				t.Errorf("pod %s process %d: root mounted %s, want read-only", p.Name, pid, f[5])
+			}
+			return
+		}
+	}
+	t.Errorf("pod %s process %d: no root mount in its mountinfo", p.Name, pid)
 }
 
 // checkNoWarnings fails on Warning events about the nftproxy pod or DaemonSet: what the
