@@ -145,7 +145,13 @@ func (tr *traffic) Stop() {
 func (e *env) day2(ctx context.Context, t *testing.T) {
 	cip, _ := e.serviceAddrs(ctx, t, "web")
 	tr := e.startTraffic(ctx, cip)
-	defer tr.Stop()
+	defer func() {
+		tr.Stop()
+		// The pauses between operations count too.
+		if failed, attempted := tr.f.failed("between phases"); failed > 0 {
+			t.Errorf("between phases: %d of %d connections failed; first: %s", failed, attempted, strings.Join(tr.fails["between phases"], "; "))
+		}
+	}()
 	phase := func(name string, op func()) {
 		tr.setPhase(name)
 		began := time.Now()
