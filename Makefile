@@ -6,7 +6,8 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 IMAGE   ?= ghcr.io/nftproxy/nftproxy:$(VERSION)
 
-.PHONY: all build image deps cluster-tools node-tools test unit lint e2e node soak bench demo clean
+.PHONY: all build image deps cluster-tools test unit lint e2e soak bench demo clean
+.PHONY: node-tools node
 
 all: build
 
