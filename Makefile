@@ -7,7 +7,6 @@ LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 IMAGE   ?= ghcr.io/nftproxy/nftproxy:$(VERSION)
 
 .PHONY: all build image deps cluster-tools test unit lint e2e soak bench demo clean
-.PHONY: node-tools node
 
 all: build
 
@@ -30,6 +29,8 @@ deps:
 ## kube-proxy and etcd for the integration tier; the first run compiles them (~15 min on 2 cores)
 cluster-tools:
 	$(GO) run ./test/cluster/cmd/prepare
+
+.PHONY: node-tools node
 
 ## node-tools: also build (cached the same way) the node tier's kubelet, kube-controller-manager
 ## and kube-scheduler; the first run compiles them
