@@ -48,7 +48,6 @@ func StartControlPlane(dir, kcmBin, schedBin, kubeconfig, saKey, caFile string) 
 		"--root-ca-file="+caFile,
 		"--use-service-account-credentials=false",
 		"--node-monitor-grace-period=40s",
-		"--concurrent-endpoint-syncs=5",
 		"--endpointslice-updates-batch-period=0s",
 		"--v=1")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,7 +254,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	start := time.Now()
 	for {
 		if _, err := n.ctr(ctx, "version"); err == nil {
-			n.Logf("node: containerd up in %s", time.Since(start).Round(time.Millisecond))
+			n.Logf("%s: containerd up in %s", n.Name, time.Since(start).Round(time.Millisecond))
 			return nil
 		}
 		if !n.containerd.running() {
@@ -414,14 +413,14 @@ func (n *Node) Teardown() []error {
 		start := time.Now()
 		f()
 		if d := time.Since(start); d > 5*time.Second {
-			n.Logf("node teardown: %s took %s", what, d.Round(time.Millisecond))
+			n.Logf("%s teardown: %s took %s", n.Name, what, d.Round(time.Millisecond))
 		}
 	}
 	start := time.Now()
 	if n.kubelet != nil {
 		step("stop kubelet", func() {
-			if d, killed := n.kubelet.stop(20 * time.Second); killed {
-				n.Logf("node teardown: the kubelet did not stop within %s of SIGTERM; killed", d.Round(time.Second))
+			if d, killed := n.kubelet.stop(10 * time.Second); killed {
+				n.Logf("%s teardown: the kubelet did not stop within %s of SIGTERM; killed", n.Name, d.Round(time.Second))
 			}
 		})
 	}
@@ -430,14 +429,14 @@ func (n *Node) Teardown() []error {
 	if n.containerd != nil {
 		step("stop containerd", func() {
 			if d, killed := n.containerd.stop(15 * time.Second); killed {
-				n.Logf("node teardown: containerd did not stop within %s of SIGTERM; killed", d.Round(time.Second))
+				n.Logf("%s teardown: containerd did not stop within %s of SIGTERM; killed", n.Name, d.Round(time.Second))
 			}
 		})
 	}
 	if n.host != nil {
 		step("remove cgroups", func() {
 			if k := n.host.killCgroupProcs(); k > 0 {
-				n.Logf("node teardown: killed %d processes left in the node's cgroups", k)
+				n.Logf("%s teardown: killed %d processes left in the node's cgroups", n.Name, k)
 			}
 			if left := n.host.removeCgroups(30 * time.Second); len(left) > 0 {
 				errs = append(errs, fmt.Errorf("cgroups left behind (busy): %v", left))
@@ -455,11 +454,11 @@ func (n *Node) Teardown() []error {
 	if n.host != nil {
 		changed, rerrs := n.host.restore()
 		for _, c := range changed {
-			n.Logf("node teardown: restored %s", c)
+			n.Logf("%s teardown: restored %s", n.Name, c)
 		}
 		errs = append(errs, rerrs...)
 	}
-	n.Logf("node teardown: %s", time.Since(start).Round(time.Millisecond))
+	n.Logf("%s teardown: %s", n.Name, time.Since(start).Round(time.Millisecond))
 	return errs
 }
 
@@ -475,7 +474,7 @@ func (n *Node) deleteContainers() {
 		}
 		for _, id := range strings.Fields(string(out)) {
 			if b, err := exec.Command("runc", "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
-				n.Logf("node teardown: runc delete %s: %v: %s", id, err, b)
+				n.Logf("%s teardown: runc delete %s: %v: %s", n.Name, id, err, b)
 			}
 		}
 	}
@@ -497,7 +496,7 @@ func (n *Node) killShims() {
 		args := strings.Split(string(b), "\x00")
 		if len(args) > 0 && strings.Contains(args[0], "containerd-shim") && containsArg(args, n.Socket) {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				n.Logf("node teardown: kill shim %d: %v", pid, err)
+				n.Logf("%s teardown: kill shim %d: %v", n.Name, pid, err)
 			}
 		}
 	}
@@ -511,6 +510,3 @@ func containsArg(args []string, s string) bool {
 	}
 	return false
 }
-
-// ParseAddr is netip.MustParseAddr for the plan's constants.
-func ParseAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
