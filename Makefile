@@ -30,6 +30,13 @@ deps:
 cluster-tools:
 	$(GO) run ./test/cluster/cmd/prepare
 
+.PHONY: node-tools node
+
+## node-tools: also build (cached the same way) the node tier's kubelet, kube-controller-manager
+## and kube-scheduler; the first run compiles them
+node-tools:
+	$(GO) run ./test/cluster/cmd/prepare -node
+
 ## lint: gofmt and go vet
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -39,8 +46,9 @@ lint:
 unit:
 	NFTPROXY_UNIT_ONLY=1 $(GO) test -race -count=1 $(PKGS)
 
-## test: every tier that runs on this machine (unit, kernel, data-plane e2e); needs root
-test: deps lint build cluster-tools
+## test: every tier that runs on this machine (unit, kernel, data-plane e2e, the node tier's short
+## profile); needs root
+test: deps lint build cluster-tools node-tools
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## golden: rewrite every golden file (the ruleset builder's whole output, the partial-sync
@@ -67,6 +75,11 @@ busy-run:
 ## e2e: only the packet-level end-to-end tier
 e2e: deps build
 	$(GO) test -count=1 -v -timeout 20m ./test/e2e/...
+
+## node: only the node tier: nftproxy deployed from deploy/ as a DaemonSet pod on a real kubelet
+## and containerd, Services and day-2 operations under traffic; prints figures (needs root)
+node: deps node-tools
+	NFTPROXY_NODE_FULL=1 $(GO) test -count=1 -v -timeout 40m ./test/node/
 
 ## soak: fault-tolerance scenarios, long profile (restart under traffic, drift, 10k-Service churn,
 ## hostile input, kernel errors, bounded fuzzing), then the 10k-Service churn in Kubernetes mode

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the system packages the kernel, e2e and demo tiers use (Debian/Ubuntu), when missing.
+# Installs the system packages the kernel, e2e, node and demo tiers use (Debian/Ubuntu), when missing.
 # The nftproxy binary itself needs none of them.
 set -euo pipefail
 need=()
@@ -11,6 +11,11 @@ command -v ss >/dev/null 2>&1 || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 # promtool lints the metrics exposition and the dashboard queries (metrics tests).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# The node tier (test/node) runs a real kubelet on containerd and runc, pods on the CNI bridge
+# plugin (Debian puts the plugins in /usr/lib/cni).
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ "${#need[@]}" -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "missing packages: ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2

@@ -37,8 +37,17 @@ type Paths struct {
 	Etcd          string
 }
 
-// tool is one helper module and what it builds.
+// NodePaths are the binaries of a node and the rest of the control plane, which only the node
+// tier (test/node) runs: built on their own so the other tiers never wait for them.
+type NodePaths struct {
+	Kubelet               string
+	KubeControllerManager string
+	KubeScheduler         string
+}
+
+// tool is one build of a helper module: what it builds and the cache folder it goes to.
 type tool struct {
+	name     string   // cache folder and lock prefix
 	module   string   // folder under tools/
 	version  string   // release it pins, for the cache folder's name
 	binaries []binary // what is built into the folder
@@ -53,6 +62,7 @@ type binary struct {
 // kubeTool builds the Kubernetes binaries.
 func kubeTool() tool {
 	return tool{
+		name:    "kube",
 		module:  "kube",
 		version: KubeVersion,
 		binaries: []binary{
@@ -63,9 +73,27 @@ func kubeTool() tool {
 	}
 }
 
+// kubeNodeTool builds, from the same helper module (so the same release and dependency
+// versions), what only a real node needs: the kubelet and the controllers and scheduler that
+// turn a DaemonSet or a Deployment into pods on it.
+func kubeNodeTool() tool {
+	return tool{
+		name:    "kube-node",
+		module:  "kube",
+		version: KubeVersion,
+		binaries: []binary{
+			{"k8s.io/kubernetes/cmd/kubelet", "kubelet"},
+			{"k8s.io/kubernetes/cmd/kube-controller-manager", "kube-controller-manager"},
+			{"k8s.io/kubernetes/cmd/kube-scheduler", "kube-scheduler"},
+		},
+		ldflags: kubeVersionLDFlags(KubeVersion),
+	}
+}
+
 // etcdTool builds etcd.
 func etcdTool() tool {
 	return tool{
+		name:     "etcd",
 		module:   "etcd",
 		version:  EtcdVersion,
 		binaries: []binary{{"go.etcd.io/etcd/server/v3", "etcd"}},
@@ -117,6 +145,29 @@ func Prepare(ctx context.Context, progress io.Writer) (Paths, error) {
 	return p, nil
 }
 
+// PrepareNode builds or finds the node tier's binaries (kubelet, kube-controller-manager,
+// kube-scheduler), like Prepare. The first build compiles the kubelet's own dependencies
+// beside the API server's (minutes; README.md).
+func PrepareNode(ctx context.Context, progress io.Writer) (NodePaths, error) {
+	root, err := CacheRoot()
+	if err != nil {
+		return NodePaths{}, err
+	}
+	tools, err := toolsDir()
+	if err != nil {
+		return NodePaths{}, err
+	}
+	dir, err := ensure(ctx, progress, root, tools, kubeNodeTool())
+	if err != nil {
+		return NodePaths{}, err
+	}
+	return NodePaths{
+		Kubelet:               filepath.Join(dir, "kubelet"),
+		KubeControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		KubeScheduler:         filepath.Join(dir, "kube-scheduler"),
+	}, nil
+}
+
 // CacheRoot is where built binaries live: $NFTPROXY_TOOLS_CACHE, else the user cache directory
 // ($XDG_CACHE_HOME or ~/.cache) + nftproxy/tools. It is outside the repository so a clean
 // checkout, `git clean` or a second worktree reuse the same builds.
@@ -157,14 +208,14 @@ func ensure(ctx context.Context, progress io.Writer, root, tools string, tl tool
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(root, tl.module+"-"+tl.version+"-"+key)
+	dir := filepath.Join(root, tl.name+"-"+tl.version+"-"+key)
 	if complete(dir, tl) {
 		return dir, nil
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("tools cache: %w", err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(root, tl.module+".lock"), progress)
+	unlock, err := lockFile(ctx, filepath.Join(root, tl.name+".lock"), progress)
 	if err != nil {
 		return "", err
 	}
@@ -172,7 +223,7 @@ func ensure(ctx context.Context, progress io.Writer, root, tools string, tl tool
 	if complete(dir, tl) { // built by whoever held the lock
 		return dir, nil
 	}
-	tmp, err := os.MkdirTemp(root, ".build-"+tl.module+"-")
+	tmp, err := os.MkdirTemp(root, ".build-"+tl.name+"-")
 	if err != nil {
 		return "", fmt.Errorf("tools cache: %w", err)
 	}
@@ -240,7 +291,7 @@ func build(ctx context.Context, progress io.Writer, src, out string, tl tool) er
 	var output strings.Builder
 	cmd.Stdout, cmd.Stderr = &output, &output
 	fmt.Fprintf(progress, "cluster: building %s (%s %s) into %s; the first build takes minutes\n",
-		strings.Join(names, ", "), tl.module, tl.version, filepath.Dir(out))
+		strings.Join(names, ", "), tl.name, tl.version, filepath.Dir(out))
 	start := time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -251,21 +302,21 @@ func build(ctx context.Context, progress io.Writer, src, out string, tl tool) er
 			case <-done:
 				return
 			case <-t.C:
-				fmt.Fprintf(progress, "cluster: still building %s (%s)\n", tl.module, time.Since(start).Round(time.Second))
+				fmt.Fprintf(progress, "cluster: still building %s (%s)\n", tl.name, time.Since(start).Round(time.Second))
 			}
 		}
 	}()
 	err := cmd.Run()
 	close(done)
 	if err != nil {
-		return fmt.Errorf("build %s %s in %s: %w\n%s", tl.module, tl.version, src, err, output.String())
+		return fmt.Errorf("build %s %s in %s: %w\n%s", tl.name, tl.version, src, err, output.String())
 	}
 	for _, b := range tl.binaries {
 		if err := os.Rename(filepath.Join(out, defaultBinaryName(b.pkg)), filepath.Join(out, b.name)); err != nil {
-			return fmt.Errorf("build %s: %w", tl.module, err)
+			return fmt.Errorf("build %s: %w", tl.name, err)
 		}
 	}
-	fmt.Fprintf(progress, "cluster: built %s in %s\n", tl.module, time.Since(start).Round(time.Second))
+	fmt.Fprintf(progress, "cluster: built %s in %s\n", tl.name, time.Since(start).Round(time.Second))
 	return nil
 }
 

@@ -64,6 +64,30 @@ func TestKubeStagingPinned(t *testing.T) {
 	}
 }
 
+// Every main package a build names is a `tool` of its helper module, so `go mod tidy` there
+// keeps its dependencies in go.mod and go.sum (a -mod=readonly build of a package whose
+// dependencies are missing fails only when it runs, minutes in).
+func TestToolsDeclaredInHelperModules(t *testing.T) {
+	tools, err := toolsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range []tool{kubeTool(), kubeNodeTool(), etcdTool()} {
+		if tl.module == "etcd" {
+			continue // etcd's server module is its own main package, required directly
+		}
+		b, err := os.ReadFile(filepath.Join(tools, tl.module, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bin := range tl.binaries {
+			if !strings.Contains(string(b), "\t"+bin.pkg+"\n") {
+				t.Errorf("%s: tools/%s/go.mod has no tool line for %s", tl.name, tl.module, bin.pkg)
+			}
+		}
+	}
+}
+
 func TestDefaultBinaryName(t *testing.T) {
 	for pkg, want := range map[string]string{
 		"k8s.io/kubernetes/cmd/kube-apiserver": "kube-apiserver",

@@ -401,3 +401,11 @@ func tlsConfig(caPEM []byte) (*tls.Config, error) {
 	}
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
+
+// ServiceAccountSigningKeyFile is the PEM private key the API server signs ServiceAccount
+// tokens with: a kube-controller-manager given it (--service-account-private-key-file) issues
+// tokens the API server accepts.
+func (c *Cluster) ServiceAccountSigningKeyFile() string { return c.pki.saKeyFile }
+
+// Port is the API server's port on 127.0.0.1.
+func (c *Cluster) Port() int { return c.apiPort }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,12 +26,26 @@ import (
 // closed at once, as a refused connection would be.
 func (c *Cluster) Relay(t testing.TB, ns *netns.NS) string {
 	t.Helper()
+	return c.relay(t, ns, "0")
+}
+
+// RelaySamePort is Relay listening on the API server's own port inside ns (free in a fresh
+// namespace), so the URL is the same in every namespace: one ConfigMap naming the API server
+// serves every node of a cluster whose nodes are namespaces. The first call for ns decides
+// its relay's port.
+func (c *Cluster) RelaySamePort(t testing.TB, ns *netns.NS) string {
+	t.Helper()
+	return c.relay(t, ns, strconv.Itoa(c.apiPort))
+}
+
+func (c *Cluster) relay(t testing.TB, ns *netns.NS, port string) string {
+	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.relays[ns.Name]; ok {
 		return r.url
 	}
-	r, err := startRelay(ns, hostPort(c.apiPort))
+	r, err := startRelay(ns, port, hostPort(c.apiPort))
 	if err != nil {
 		t.Fatalf("relay into %s: %v", ns.Name, err)
 	}
@@ -67,11 +82,11 @@ type relay struct {
 	conns map[net.Conn]struct{}
 }
 
-func startRelay(ns *netns.NS, target string) (*relay, error) {
+func startRelay(ns *netns.NS, port, target string) (*relay, error) {
 	var ln net.Listener
 	err := ns.Do(func() error {
 		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
 		return err
 	})
 	if err != nil {

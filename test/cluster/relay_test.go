@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -106,4 +107,32 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// RelaySamePort gives every namespace the API server's own URL, so one address in a ConfigMap
+// serves nodes that are namespaces; a client inside each reaches /readyz through it.
+func TestRelaySamePort(t *testing.T) {
+	netns.Skip(t)
+	c := Start(t, Options{})
+	for _, name := range []string{"node-a", "node-b"} {
+		ns := netns.New(t, name)
+		if url := c.RelaySamePort(t, ns); url != c.URL {
+			t.Errorf("RelaySamePort(%s) = %s, want the API server's %s", ns.Name, url, c.URL)
+		}
+		hc, err := c.admin.httpClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			err = ns.Do(func() error {
+				var d net.Dialer
+				conn, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		}
+		if _, err := get(ctxFor(t), hc, c.URL+"/readyz", c.admin.Token); err != nil {
+			t.Errorf("/readyz from inside %s: %v", ns.Name, err)
+		}
+	}
 }

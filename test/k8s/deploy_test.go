@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -10,15 +9,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -57,40 +50,7 @@ func buildKustomization(t *testing.T, dir string) []*unstructured.Unstructured {
 
 // apply server-side-applies objs as admin (dryRun: validated and admitted, not stored).
 func apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) error {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	force := true
-	// Strict: an unknown or duplicate field fails instead of being dropped with a warning.
-	opts := metav1.PatchOptions{FieldManager: "nftproxy-test", Force: &force, FieldValidation: "Strict"}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == "namespace" {
-			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		}
-		data, err := o.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, opts); err != nil {
-			return fmt.Errorf("apply %s %s/%s (dry run %v): %w", gvk.Kind, o.GetNamespace(), o.GetName(), dryRun, err)
-		}
-	}
-	return nil
+	return cluster.Apply(ctx, cfg, objs, "nftproxy-test", dryRun)
 }
 
 // TestDeployCreatesWhatTheREADMESays pins the objects `kubectl apply -k deploy/` creates to the

@@ -77,6 +77,10 @@ type Dialer struct {
 	UDPAttempts int
 	// Source, if valid, is the local address to send from (it must exist in the namespace).
 	Source netip.Addr
+	// SourcePort, if nonzero, is the local port to send from, so a caller can make every probe
+	// a new conntrack flow (the kernel's random ephemeral port may repeat a recent one, whose
+	// entry still holds the earlier probe's DNAT).
+	SourcePort uint16
 	// Parallel bounds concurrent probes in Spread; default 8.
 	Parallel int
 }

@@ -91,11 +91,15 @@ func (f *Flow) open(ctx context.Context) (Result, bool) {
 	}
 	f.ap = ap
 	nd := &net.Dialer{}
-	if f.d.Source.IsValid() {
+	if f.d.Source.IsValid() || f.d.SourcePort != 0 {
+		var ip net.IP
+		if f.d.Source.IsValid() {
+			ip = f.d.Source.AsSlice()
+		}
 		if f.network == "udp" {
-			nd.LocalAddr = &net.UDPAddr{IP: f.d.Source.AsSlice()}
+			nd.LocalAddr = &net.UDPAddr{IP: ip, Port: int(f.d.SourcePort)}
 		} else {
-			nd.LocalAddr = &net.TCPAddr{IP: f.d.Source.AsSlice()}
+			nd.LocalAddr = &net.TCPAddr{IP: ip, Port: int(f.d.SourcePort)}
 		}
 	}
 	var c net.Conn

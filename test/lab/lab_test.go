@@ -87,6 +87,20 @@ func TestExtraSource(t *testing.T) {
 	}
 }
 
+// TestSourcePort proves a probe can choose its source port (with or without an address) and
+// the pod sees it.
+func TestSourcePort(t *testing.T) {
+	l := New(t, Options{Pods: 1})
+	ctx := testContext(t)
+	for i, network := range []string{"tcp", "udp"} {
+		port := uint16(61001 + i)
+		r := Dialer{SourcePort: port}.Dial(ctx, l.Client(1).NS, network, hostPort(l.Pod(1).IPv4, 80))
+		if r.Outcome != Replied || r.Reply.From.Port() != port {
+			t.Errorf("%s: got %v, want pod-1 seeing source port %d", network, r, port)
+		}
+	}
+}
+
 // TestNodeIPsReachable proves every node address answers a client: each is local to the node, a
 // NodePort candidate. A node-local backend started with Serve stands in for a host-network pod.
 func TestNodeIPsReachable(t *testing.T) {

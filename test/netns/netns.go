@@ -20,6 +20,20 @@ import (
 type NS struct {
 	Name string
 	file *os.File
+	// path is set for a namespace this package did not create (Open): Command enters it
+	// with nsenter, and Close leaves it alone.
+	path string
+}
+
+// Open wraps a network namespace someone else owns, such as a container's
+// (/proc/PID/ns/net), so Do, Fd, Command and the lab's probes work in it. Close releases the
+// handle only; the namespace lives as long as its owner.
+func Open(name, path string) (*NS, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	return &NS{Name: name, file: f, path: path}, nil
 }
 
 // Skip skips t unless the process can create network namespaces (root with CAP_SYS_ADMIN) and
@@ -84,6 +98,9 @@ func (ns *NS) Fd() int { return int(ns.file.Fd()) }
 
 // Command returns a command that runs argv inside the namespace.
 func (ns *NS) Command(argv ...string) *exec.Cmd {
+	if ns.path != "" {
+		return exec.Command("nsenter", append([]string{"--net=" + ns.path, "--"}, argv...)...)
+	}
 	return exec.Command("ip", append([]string{"netns", "exec", ns.Name}, argv...)...)
 }
 
@@ -140,6 +157,9 @@ func (ns *NS) Close() error {
 	if ns.file != nil {
 		ns.file.Close()
 		ns.file = nil
+	}
+	if ns.path != "" {
+		return nil
 	}
 	if out, err := exec.Command("ip", "netns", "del", ns.Name).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip netns del %s: %v: %s", ns.Name, err, strings.TrimSpace(string(out)))
