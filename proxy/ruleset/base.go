@@ -188,9 +188,13 @@ func (b *Builder) servicesRules() []nft.Rule {
 		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
 	)
 	for _, p := range b.cfg.prefixesOfFamily(b.cfg.ServiceCIDRs) {
+		// An address the node itself holds is never dropped here, even inside the service
+		// CIDR: the node's addresses stay the node's (start-up refuses such a CIDR; an address
+		// gained later must still answer).
 		rs = append(rs, rule("drop traffic to unallocated Service addresses",
 			nft.CmpPrefix{Field: nft.FieldDaddr, Prefix: p},
 			nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: SetClusterIPs, Neg: true},
+			nft.FibAddrType{Daddr: true, Neg: true},
 			nft.MarkOr{Bits: b.cfg.DropMark}))
 	}
 	return rs

@@ -3,7 +3,9 @@ package e2e
 import (
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/test/fixture"
@@ -198,5 +200,60 @@ func TestSpecialServiceAddresses(t *testing.T) {
 		if containsKey(rs, s) {
 			t.Errorf("the ruleset names %s, which must be rejected", s.Key())
 		}
+	}
+}
+
+// TestNodeAddressInServiceCIDRAnswers: an address the node gains inside --service-cidr after the
+// start (start-up refuses a CIDR holding a node address) still reaches the node's own server:
+// the drop of unallocated Service addresses skips the node's addresses, so a mistaken CIDR or a
+// late address never cuts the node off. The daemon logs the overlap as an error.
+func TestNodeAddressInServiceCIDRAnswers(t *testing.T) {
+	t.Parallel()
+	port := uint16(40000 + rand.IntN(9000))
+	e := newEnv(t, lab.Options{Pods: 1, Ports: []lab.PortSpec{lab.Port(port)}})
+	l, c1, pod1 := e.lab, e.lab.Client(1), e.lab.Pod(1)
+	// Inside lab.ServiceCIDRv4 and lab.ServiceCIDRv6, held by no Service.
+	addrs := []netip.Addr{netip.MustParseAddr("198.19.63.250"), netip.MustParseAddr("fd00:19::fffa")}
+	e.start()
+	e.waitFor("the unallocated-address drop programmed", func(rs string) bool {
+		return strings.Contains(rs, "drop traffic to unallocated Service addresses")
+	})
+
+	for _, a := range addrs {
+		if _, err := l.Node.Run("ip", "address", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", lab.BridgeName); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, a := range addrs {
+			_, _ = l.Node.Run("ip", "address", "del", netip.PrefixFrom(a, a.BitLen()).String(), "dev", lab.BridgeName)
+		}
+	})
+	srv, err := lab.Serve(l.Node, "node", addrs, []lab.PortSpec{{Proto: "tcp", First: port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+
+	for _, p := range []struct {
+		name string
+		from *lab.Host
+		addr netip.Addr
+	}{
+		{"outside client", c1, addrs[0]},
+		{"outside client, IPv6", c1, addrs[1]},
+		{"a pod", pod1, addrs[0]},
+		{"a pod, IPv6", pod1, addrs[1]},
+	} {
+		if r := p.from.Dial(e.ctx, "tcp", hostPort(p.addr, port)); r.Outcome != lab.Replied || r.Reply.Pod != "node" {
+			t.Errorf("%s to the node's %s: got %v, want the node's own server", p.name, hostPort(p.addr, port), r)
+		}
+	}
+	deadline := time.Now().Add(programTimeout)
+	for !strings.Contains(e.daemon.Output(), "inside --service-cidr") && time.Now().Before(deadline) {
+		time.Sleep(pollInterval)
+	}
+	if !strings.Contains(e.daemon.Output(), "inside --service-cidr") {
+		t.Errorf("the daemon did not log the address gained inside --service-cidr")
 	}
 }

@@ -6,12 +6,13 @@ import (
 	"sync"
 )
 
-// checkServiceCIDRs refuses a --service-cidr that contains one of the node's own addresses.
-// Traffic to an address of the service CIDR that no Service owns is dropped (ruleset: the
-// services chain), so such a CIDR takes that address from the node: its SSH, its kubelet, its
-// pods' traffic to it, until `nftproxy cleanup`. A Service CIDR legitimately holds nothing the
-// node holds (kube-proxy's IPVS mode puts ClusterIPs on kube-ipvs0, but nftproxy does not run
-// beside it on the same addresses). whose says where addrs come from, for the message.
+// checkServiceCIDRs refuses a --service-cidr that contains one of the node's own addresses. A
+// Service CIDR legitimately holds nothing the node holds (kube-proxy's IPVS mode puts ClusterIPs on
+// kube-ipvs0, but nftproxy does not run beside it on the same addresses), so such a flag is a
+// mistake: it is not the API server's --service-cluster-ip-range, and the API server may give one
+// of the node's addresses to a Service. The ruleset's drop of unallocated Service addresses skips
+// the node's own addresses (fib daddr type local), so even a CIDR that slips through (an address
+// gained later) never cuts the node off. whose says where addrs come from, for the message.
 //
 // --cluster-cidr is not checked: a pod CIDR holds node addresses by design (the pod bridge's
 // gateway, flannel.1, Calico's tunnel address; on flat networks such as Azure CNI the node's own
@@ -20,7 +21,7 @@ func checkServiceCIDRs(cidrs prefixList, addrs []netip.Addr, whose string) error
 	for _, p := range cidrs {
 		for _, a := range addrs {
 			if p.Contains(a.Unmap()) {
-				return fmt.Errorf("--service-cidr %s contains %s, an address of this node (%s): nftproxy drops traffic to service-CIDR addresses no Service owns, so the node and its pods would lose that address; give the cluster's Service CIDR (the API server's --service-cluster-ip-range), which must not overlap the node's networks", p, a, whose)
+				return fmt.Errorf("--service-cidr %s contains %s, an address of this node (%s): a Service CIDR never holds the node's addresses, and the API server may give one to a Service; give the cluster's Service CIDR (the API server's --service-cluster-ip-range), which must not overlap the node's networks", p, a, whose)
 			}
 		}
 	}

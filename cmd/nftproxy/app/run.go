@@ -318,13 +318,14 @@ func boundShutdown(ctx context.Context, stderr io.Writer) func() {
 // watchNodeAddresses feeds the node's local addresses to the tracker's node-address guard as they
 // change. If they cannot be followed any more, the last ones stay in force.
 // An address gained inside --service-cidr (refused at start) cannot be refused any more: it is
-// logged as an error at each change while it stays, since traffic to it is dropped.
+// logged as an error at each change while it stays: the node still answers on it (the drop of
+// unallocated Service addresses skips the node's own), but a Service may never be given it.
 func watchNodeAddresses(ctx context.Context, log logr.Logger, tracker *model.Tracker, serviceCIDRs prefixList, notify func()) {
 	log = log.WithName("nodeaddr")
 	err := nodeaddr.Watch(ctx, log, nodeaddr.Options{}, func(addrs []netip.Addr) {
 		log.V(2).Info("node addresses", "local", addrs)
 		if err := checkServiceCIDRs(serviceCIDRs, addrs, "gained by the kernel since the start"); err != nil {
-			log.Error(err, "the node holds an address inside --service-cidr: traffic to it is dropped while it stays; remove the address, or correct --service-cidr and restart")
+			log.Error(err, "the node holds an address inside --service-cidr: the node keeps answering on it, but a Service the API server gives it would take traffic meant for the node; remove the address, or correct --service-cidr and restart")
 		}
 		tracker.SetLocalAddresses(addrs)
 		notify()
