@@ -128,32 +128,42 @@ func TestServices(t *testing.T) {
 	e.writeFile("broken.yaml", malformedManifest)
 	l := e.lab
 
-	// Node-local listeners that only the daemon's rules keep clients from: node ports of the
-	// Service without endpoints (must be rejected) and an unallocated ClusterIP given to the
-	// node (must be dropped). Before the daemon runs, they answer: the probes can fail.
+	// Listeners that only the daemon's rules keep clients from: node ports of the Service without
+	// endpoints (must be rejected) on the node, and an unallocated ClusterIP (must be dropped)
+	// routed by the node to pod-4, which holds it. Not on the node itself: the node's own
+	// addresses stay the node's even inside --service-cidr (start-up refuses such a CIDR, and the
+	// drop skips local addresses). Before the daemon runs, they answer: the probes can fail.
 	unallocated := lab.ClusterIPv4(unallocatedIndex)
-	if _, err := l.Node.Run("ip", "address", "add", unallocated.String()+"/32", "dev", "lo"); err != nil {
+	holder := l.Pod(4)
+	if _, err := holder.NS.Run("ip", "address", "add", unallocated.String()+"/32", "dev", "lo"); err != nil {
 		t.Fatal(err)
 	}
-	nodeSrv, err := lab.Serve(l.Node, "node", []netip.Addr{netip.MustParseAddr(lab.NodeIPv4), unallocated},
-		[]lab.PortSpec{lab.Port(emptyNodePortTCP), lab.Port(emptyNodePortUDP), lab.Port(80)})
+	if _, err := l.Node.Run("ip", "route", "add", unallocated.String()+"/32", "via", holder.IPv4.String()); err != nil {
+		t.Fatal(err)
+	}
+	nodeSrv, err := lab.Serve(l.Node, "node", []netip.Addr{netip.MustParseAddr(lab.NodeIPv4)},
+		[]lab.PortSpec{lab.Port(emptyNodePortTCP), lab.Port(emptyNodePortUDP)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nodeSrv.Close)
-	nodeOnly := []netip.Addr{netip.MustParseAddr(lab.NodeIPv4), unallocated}
+	holderSrv, err := lab.Serve(holder.NS, "unallocated-holder", []netip.Addr{unallocated}, []lab.PortSpec{lab.Port(80)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(holderSrv.Close)
+	nodeIP := netip.MustParseAddr(lab.NodeIPv4)
 	for _, c := range []struct {
-		network string
-		addr    string
+		network, addr, who string
 	}{
-		{"tcp", hostPort(nodeOnly[0], emptyNodePortTCP)},
-		{"udp", hostPort(nodeOnly[0], emptyNodePortUDP)},
-		{"tcp", hostPort(unallocated, 80)},
-		{"udp", hostPort(unallocated, 80)},
+		{"tcp", hostPort(nodeIP, emptyNodePortTCP), "node"},
+		{"udp", hostPort(nodeIP, emptyNodePortUDP), "node"},
+		{"tcp", hostPort(unallocated, 80), "unallocated-holder"},
+		{"udp", hostPort(unallocated, 80), "unallocated-holder"},
 	} {
 		r := l.Client(1).Dial(e.ctx, c.network, c.addr)
-		if r.Outcome != lab.Replied || r.Reply.Pod != "node" {
-			t.Fatalf("control before the daemon runs: %s %s: got %v, want a reply from the node", c.network, c.addr, r)
+		if r.Outcome != lab.Replied || r.Reply.Pod != c.who {
+			t.Fatalf("control before the daemon runs: %s %s: got %v, want a reply from %s", c.network, c.addr, r, c.who)
 		}
 	}
 
