@@ -162,11 +162,11 @@ func TestKernelRefusesTransaction(t *testing.T) {
 	conflictingSet(t, e, d, scenario)
 }
 
-var affSet = regexp.MustCompile(`set (aff-[A-Z0-9]+-default/late2/tcp/http__[0-9./]+) \{`)
+var affSet = regexp.MustCompile(`map (affmap-[A-Z0-9]+-default/late2/tcp/http) \{`)
 
-// conflictingSet has another writer create, inside table ip nftproxy, a set with the name of a
-// set the next Service needs (an affinity set: per-Service sets remain only for ClientIP
-// affinity and source ranges), of another type. The daemon's partial sync adding that set
+// conflictingSet has another writer create, inside table ip6 nftproxy, a set with the name of a
+// set the next Service needs (an ip6 table's affinity map of a sticky port: per-Service sets
+// remain only for those and for source ranges), of another type. The daemon's partial sync adding that set
 // fails; its retry (a full sync) reads the table and replaces the foreign set.
 func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	late := lateService("late2", 6)
@@ -198,7 +198,7 @@ func conflictingSet(t *testing.T, e *env, d *daemon, scenario string) {
 	if mm == nil {
 		t.Fatalf("no affinity set for default/late2 in the render:\n%s", tail(rendered, 40))
 	}
-	if err := e.lab.NftApply(fmt.Sprintf("add set ip nftproxy %s { type inet_service; elements = { 1 } }\n", mm[1])); err != nil {
+	if err := e.lab.NftApply(fmt.Sprintf("add set ip6 nftproxy %s { type inet_service; elements = { 1 } }\n", mm[1])); err != nil {
 		t.Fatal(err)
 	}
 	m0, err := e.scrape(d)
