@@ -117,10 +117,11 @@ func AffinityRecordChain(proto string, timeout time.Duration) string {
 	return fmt.Sprintf("affinity-record-%s-%ds", proto, int64(timeout/time.Second))
 }
 
-// AffinityHitChain names the shared chain that sends a client with a live entry in the
-// affinity map (MapAffinityAddr with keepPort) back to its endpoint and refreshes the entry
-// for timeout: "affinity-hit-10800s", "affinity-hit-addr-60s". One per timeout in use: the
-// kernel refreshes an entry by the timeout of the statement that finds it.
+// AffinityHitChain names the shared chain that sends a client of an own-chains port (one that
+// keeps the destination port) with a live entry in the affinity map (MapAffinityAddr with
+// keepPort) back to its endpoint and refreshes the entry for timeout: "affinity-hit-addr-60s".
+// One per timeout in use: the kernel refreshes an entry by the timeout of the statement that
+// finds it. (Shared-mode sticky ports use ChainAffinityHit and record after DNAT.)
 func AffinityHitChain(keepPort bool, timeout time.Duration) string {
 	infix := ""
 	if keepPort {
