@@ -182,15 +182,16 @@ var stickyProtocols = []uint8{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_S
 // after dstnat): a connection to a sticky frontend, looked up by its original tuple, jumps to
 // the chain that records its endpoint. One rule per protocol and map: nft reads "ct original
 // proto-dst" in a concatenation only after a protocol match. Node ports count only on the
-// addresses that accept them.
+// addresses that accept them. Only new connections are looked up: a packet of an established one
+// costs a ct state test, not two map lookups.
 func recordRules() []nft.Rule {
 	var rs []nft.Rule
 	for _, p := range stickyProtocols {
-		rs = append(rs, rule("record endpoints of sticky Service addresses", protoCmp(p),
+		rs = append(rs, rule("record endpoints of sticky Service addresses", ctNew(), protoCmp(p),
 			vmap(MapStickyFrontends, []nft.Field{nft.FieldCtOrigDaddr, nft.FieldL4Proto, nft.FieldCtOrigProtoDst})))
 	}
 	for _, p := range stickyProtocols {
-		rs = append(rs, rule("record endpoints of sticky node ports", protoCmp(p),
+		rs = append(rs, rule("record endpoints of sticky node ports", ctNew(), protoCmp(p),
 			nft.CmpSet{Fields: []nft.Field{nft.FieldCtOrigDaddr}, Set: SetNodePortIPs},
 			vmap(MapStickyNodePorts, []nft.Field{nft.FieldL4Proto, nft.FieldCtOrigProtoDst})))
 	}
