@@ -55,19 +55,76 @@ func codecFieldLoad(fam Family, f Field, reg uint32) (expr.Any, int, error) {
 		return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}, 2, nil
 	case FieldMark:
 		return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg}, 4, nil
+	case FieldCtOrigDaddr, FieldCtReplySaddr:
+		// nft loads "ct original ip daddr" with the family's own key (dst_ip, dst_ip6), not the
+		// generic dst: only then does it list the field as "ip daddr".
+		key, n := uint32(unix.NFT_CT_DST_IP), 4
+		if fam == IPv6 {
+			key, n = unix.NFT_CT_DST_IP6, 16
+		}
+		if f == FieldCtReplySaddr {
+			key-- // src_ip, src_ip6
+		}
+		return &expr.Ct{Register: reg, Key: expr.CtKey(key), Direction: codecCtDir(f)}, n, nil
+	case FieldCtOrigProtoDst:
+		return &expr.Ct{Register: reg, Key: expr.CtKeyPROTODST, Direction: codecCtDir(f)}, 2, nil
+	case FieldCtReplyProtoSrc:
+		return &expr.Ct{Register: reg, Key: expr.CtKeyPROTOSRC, Direction: codecCtDir(f)}, 2, nil
 	}
 	return nil, 0, fmt.Errorf("unsupported field %d: use one of the Field constants", f)
+}
+
+// Conntrack directions (IP_CT_DIR_ORIGINAL, IP_CT_DIR_REPLY).
+const (
+	codecCtOriginal = 0
+	codecCtReply    = 1
+)
+
+func codecCtDir(f Field) uint32 {
+	if f == FieldCtReplySaddr || f == FieldCtReplyProtoSrc {
+		return codecCtReply
+	}
+	return codecCtOriginal
+}
+
+// codecCtTupleKey reports whether a ct load of key k takes a direction.
+func codecCtTupleKey(k expr.CtKey) bool {
+	switch k {
+	case expr.CtKeySRC, expr.CtKeyDST, expr.CtKeyPROTOSRC, expr.CtKeyPROTODST,
+		unix.NFT_CT_SRC_IP, unix.NFT_CT_DST_IP, unix.NFT_CT_SRC_IP6, unix.NFT_CT_DST_IP6:
+		return true
+	}
+	return false
+}
+
+// codecCtTuple appends a ct load with a direction as one list element. google/nftables v0.3.0
+// cannot: it sends no direction for the family keys (src_ip, dst_ip...), which the kernel
+// refuses, and sends the direction as 4 bytes where the kernel reads one (NLA_U8), so "reply"
+// would arrive as "original".
+func codecCtTuple(w *nlBuf, ct *expr.Ct) {
+	el := w.nest(unix.NFTA_LIST_ELEM)
+	w.str(unix.NFTA_EXPR_NAME, "ct")
+	d := w.nest(unix.NFTA_EXPR_DATA)
+	w.u32(unix.NFTA_CT_KEY, uint32(ct.Key))
+	w.u32(unix.NFTA_CT_DREG, ct.Register)
+	w.attr(unix.NFTA_CT_DIRECTION, []byte{byte(ct.Direction)})
+	w.endNest(d)
+	w.endNest(el)
 }
 
 // codecKeyLoads loads a concatenation of fields starting at register 1, as nft does. For interval
 // sets nft adds a byteorder conversion after host-order loads (meta l4proto: hton size 2 len 1, a
 // no-op it emits anyway; meta mark: hton 4 bytes, because interval keys compare bytewise).
 func codecKeyLoads(fam Family, fields []Field, interval bool) ([]expr.Any, error) {
+	return codecLoadsFrom(fam, fields, 0, interval)
+}
+
+// codecLoadsFrom loads a concatenation of fields from register word w on.
+func codecLoadsFrom(fam Family, fields []Field, w int, interval bool) ([]expr.Any, error) {
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("a set lookup needs at least one field")
 	}
 	var out []expr.Any
-	w := 0
 	for _, f := range fields {
 		reg := codecReg(w)
 		e, n, err := codecFieldLoad(fam, f, reg)
@@ -330,6 +387,33 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 			return nil, err
 		}
 		ds := &expr.Dynset{SrcRegKey: 1, SetName: e.Set, SetID: ref.id, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: e.Timeout}
+		if len(e.DataFields) > 0 {
+			// The data's fields loaded from the next 16-byte register after the key, as nft
+			// 1.0.6 does (ip "saddr . ct original daddr . l4proto . ct original proto-dst : ct
+			// reply saddr . ct reply proto-src": key in 1, 9, 10, 11, data in 2, 13).
+			if len(e.Data) > 0 {
+				return nil, fmt.Errorf("update of map %s: constant data and data fields together", e.Set)
+			}
+			if len(ref.data) != len(e.DataFields) {
+				return nil, fmt.Errorf("update of map %s: data has %d fields, the map %d", e.Set, len(e.DataFields), len(ref.data))
+			}
+			for k, f := range e.DataFields {
+				if t := f.Type(fam); t != ref.data[k] {
+					return nil, fmt.Errorf("update of map %s: data field %d is %s, the map wants %s", e.Set, k, t, ref.data[k])
+				}
+			}
+			w := codecKeyWords(fam, e.Fields)
+			w += (4 - w%4) % 4
+			dl, err := codecLoadsFrom(fam, e.DataFields, w, false)
+			if err != nil {
+				return nil, err
+			}
+			ds.SrcRegData = codecReg(w)
+			if w += codecKeyWords(fam, e.DataFields); w > 16 {
+				return nil, fmt.Errorf("update of map %s: key and data take %d register words, the kernel has 16", e.Set, w)
+			}
+			return append(append(loads, dl...), ds), nil
+		}
 		if len(e.Data) > 0 {
 			// The data's fields as immediates of their own length (not padded) in the register
 			// words after the key, as nft 1.0.6 allocates them (ip "saddr . daddr . l4proto .
@@ -417,6 +501,10 @@ func (c *codecRuleCtx) codecRuleExprs(w *nlBuf, r *Rule) error {
 			return fmt.Errorf("expression %d (%T): %w", i, e, err)
 		}
 		for _, raw := range raws {
+			if ct, ok := raw.(*expr.Ct); ok && codecCtTupleKey(ct.Key) {
+				codecCtTuple(w, ct)
+				continue
+			}
 			b, err := expr.Marshal(byte(c.fam), raw)
 			if err != nil {
 				return fmt.Errorf("expression %d (%T): marshal: %w", i, e, err)

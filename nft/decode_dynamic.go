@@ -84,3 +84,37 @@ func decodeUpdateData(fam Family, fields []Field, raws []decodeRaw, sets map[str
 	}
 	return SetUpdate{Fields: fields, Set: ds.SetName, Timeout: ds.Timeout, Data: data}, i + 1
 }
+
+// decodeUpdateSplit matches "update @m { <key fields> : <data fields> }" whose key ends on a
+// 16-byte register: the key and data loads then read as one run of loads, and the dynset's data
+// register says where the key ends.
+func decodeUpdateSplit(fam Family, fields []Field, ds *expr.Dynset) (SetUpdate, bool) {
+	if ds.SrcRegKey != 1 || ds.SrcRegData == 0 || ds.Operation != unix.NFT_DYNSET_OP_UPDATE || ds.Invert || len(ds.Exprs) != 0 {
+		return SetUpdate{}, false
+	}
+	w := 0
+	for i, f := range fields {
+		if i > 0 && w%4 == 0 && codecReg(w) == ds.SrcRegData {
+			return SetUpdate{Fields: fields[:i], Set: ds.SetName, Timeout: ds.Timeout, DataFields: fields[i:]}, true
+		}
+		w += codecKeyWords(fam, []Field{f})
+	}
+	return SetUpdate{}, false
+}
+
+// decodeUpdateDataFields matches what follows the key loads of "update @m { <key fields> :
+// <data fields> }" when the key does not end on a 16-byte register: the data loads from the
+// next one, then the dynset reading them.
+func decodeUpdateDataFields(fam Family, key []Field, raws []decodeRaw) (SetUpdate, int) {
+	w := codecKeyWords(fam, key)
+	w += (4 - w%4) % 4
+	data, n := decodeLoadsFrom(fam, raws, w)
+	if len(data) == 0 || n >= len(raws) {
+		return SetUpdate{}, 0
+	}
+	ds, ok := raws[n].e.(*expr.Dynset)
+	if !ok || ds.SrcRegKey != 1 || ds.SrcRegData != codecReg(w) || ds.Operation != unix.NFT_DYNSET_OP_UPDATE || ds.Invert || len(ds.Exprs) != 0 {
+		return SetUpdate{}, 0
+	}
+	return SetUpdate{Fields: key, Set: ds.SetName, Timeout: ds.Timeout, DataFields: data}, n + 1
+}

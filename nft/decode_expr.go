@@ -107,6 +107,26 @@ func decodeRawExprs(fam Family, b []byte) []decodeRaw {
 			}
 		}
 		e := decodeNewExpr(name)
+		if name == "ct" {
+			// google/nftables v0.3.0 reads the direction as 4 bytes; the kernel sends one.
+			ct := &expr.Ct{}
+			for a := nlIter(data); a.next(); {
+				switch a.typ {
+				case unix.NFTA_CT_KEY:
+					ct.Key = expr.CtKey(nlU32(a.data))
+				case unix.NFTA_CT_DREG:
+					ct.Register = nlU32(a.data)
+				case unix.NFTA_CT_SREG:
+					ct.Register, ct.SourceRegister = nlU32(a.data), true
+				case unix.NFTA_CT_DIRECTION:
+					if len(a.data) > 0 {
+						ct.Direction = uint32(a.data[0])
+					}
+				}
+			}
+			out = append(out, decodeRaw{name: name, e: ct})
+			continue
+		}
 		if name == "byteorder" {
 			// google/nftables v0.3.0 cannot unmarshal byteorder; read its attributes here.
 			bo := &expr.Byteorder{}
@@ -207,6 +227,25 @@ func decodeField(fam Family, e expr.Any) (f Field, reg uint32, n int, ok bool) {
 		case expr.MetaKeyMARK:
 			return FieldMark, e.Register, 4, true
 		}
+	case *expr.Ct:
+		if e.SourceRegister || e.Direction > codecCtReply {
+			return 0, 0, 0, false
+		}
+		reply := e.Direction == codecCtReply
+		addr, n := uint32(unix.NFT_CT_DST_IP), 4
+		if fam == IPv6 {
+			addr, n = unix.NFT_CT_DST_IP6, 16
+		}
+		switch {
+		case uint32(e.Key) == addr && !reply:
+			return FieldCtOrigDaddr, e.Register, n, true
+		case uint32(e.Key) == addr-1 && reply:
+			return FieldCtReplySaddr, e.Register, n, true
+		case e.Key == expr.CtKeyPROTODST && !reply:
+			return FieldCtOrigProtoDst, e.Register, 2, true
+		case e.Key == expr.CtKeyPROTOSRC && reply:
+			return FieldCtReplyProtoSrc, e.Register, 2, true
+		}
 	}
 	return 0, 0, 0, false
 }
@@ -214,8 +253,13 @@ func decodeField(fam Family, e expr.Any) (f Field, reg uint32, n int, ok bool) {
 // decodeLoads matches a concatenation loaded from register 1 on (with nft's byteorder
 // conversions for interval sets) and returns the fields and the number of raw exprs used.
 func decodeLoads(fam Family, raws []decodeRaw) ([]Field, int) {
+	return decodeLoadsFrom(fam, raws, 0)
+}
+
+// decodeLoadsFrom is decodeLoads from register word w on.
+func decodeLoadsFrom(fam Family, raws []decodeRaw, w int) ([]Field, int) {
 	var fields []Field
-	w, i := 0, 0
+	i := 0
 	for i < len(raws) {
 		f, reg, n, ok := decodeField(fam, raws[i].e)
 		if !ok || reg != codecReg(w) || (n != codecAddrLen(fam) && (f == FieldSaddr || f == FieldDaddr)) {
@@ -375,6 +419,13 @@ func decodeFieldShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr,
 		case *expr.Dynset:
 			if e.SrcRegKey == 1 && e.SrcRegData == 0 && e.Operation == unix.NFT_DYNSET_OP_UPDATE && !e.Invert && len(e.Exprs) == 0 {
 				return SetUpdate{Fields: fields, Set: e.SetName, Timeout: e.Timeout}, n + 1
+			}
+			if u, ok := decodeUpdateSplit(fam, fields, e); ok {
+				return u, n + 1
+			}
+		default:
+			if u, k := decodeUpdateDataFields(fam, fields, raws[n:]); k > 0 {
+				return u, n + k
 			}
 		}
 	}

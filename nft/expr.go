@@ -24,16 +24,25 @@ const (
 	FieldSport         // th sport
 	FieldDport         // th dport
 	FieldMark          // meta mark
+	// Conntrack tuple fields: the connection's original direction (what the client sent) and
+	// its reply direction (what the endpoint answers from once DNAT is set up). After DNAT they
+	// still name the frontend (original) and the chosen endpoint (reply). nft reads
+	// "ct original proto-dst" and "ct reply proto-src" in a concatenation only after a protocol
+	// match in the same rule ("meta l4proto tcp"); without one it cannot read the listing back.
+	FieldCtOrigDaddr     // ct original ip daddr / ct original ip6 daddr
+	FieldCtOrigProtoDst  // ct original proto-dst
+	FieldCtReplySaddr    // ct reply ip saddr / ct reply ip6 saddr
+	FieldCtReplyProtoSrc // ct reply proto-src
 )
 
 // Type returns the field's key type in a table of family f.
 func (fl Field) Type(f Family) Type {
 	switch fl {
-	case FieldSaddr, FieldDaddr:
+	case FieldSaddr, FieldDaddr, FieldCtOrigDaddr, FieldCtReplySaddr:
 		return f.AddrType()
 	case FieldL4Proto:
 		return TypeInetProto
-	case FieldSport, FieldDport:
+	case FieldSport, FieldDport, FieldCtOrigProtoDst, FieldCtReplyProtoSrc:
 		return TypeInetService
 	case FieldMark:
 		return TypeMark
@@ -177,11 +186,17 @@ type NumgenMatch struct {
 // saddr . ip daddr . meta l4proto . th dport timeout 3h : 198.18.0.1 . 8080 }". On an element
 // that exists the kernel only refreshes its expiration and keeps its data. When the map is full
 // (Set.Size) the update fails and the rule stops there, like a match that did not hold.
+//
+// With DataFields instead of Data, the element's data is read from the packet and its
+// connection: "update @m { ip saddr . ct original ip daddr . meta l4proto . ct original
+// proto-dst timeout 3h : ct reply ip saddr . ct reply proto-src }" records, after DNAT, the
+// endpoint a connection was sent to. Data and DataFields exclude each other.
 type SetUpdate struct {
-	Fields  []Field
-	Set     string
-	Timeout time.Duration
-	Data    []Value
+	Fields     []Field
+	Set        string
+	Timeout    time.Duration
+	Data       []Value
+	DataFields []Field
 }
 
 // DNATMap rewrites the destination to the data of the element of Map whose key is the

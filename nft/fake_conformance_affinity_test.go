@@ -8,6 +8,9 @@ import "time"
 func confAffinityCases() []confCase {
 	affKey := []Type{TypeIPv4Addr, TypeIPv4Addr, TypeInetProto, TypeInetService}
 	affFields := []Field{FieldSaddr, FieldDaddr, FieldL4Proto, FieldDport}
+	ctFront := []Field{FieldCtOrigDaddr, FieldL4Proto, FieldCtOrigProtoDst}
+	ctKey := []Field{FieldSaddr, FieldCtOrigDaddr, FieldL4Proto, FieldCtOrigProtoDst}
+	ctEndpoint := []Field{FieldCtReplySaddr, FieldCtReplyProtoSrc}
 	ep := func(name string) *Set {
 		return &Set{Name: name, Key: []Type{TypeIPv4Addr}, Dynamic: true, Timeout: 3 * time.Second, Comment: "ns/web/tcp/http"}
 	}
@@ -117,6 +120,56 @@ func confAffinityCases() []confCase {
 			// dnat from a map: it must exist and hold data.
 			{ops: []confBuild{add(rule("svc", "", DNATMap{Fields: affFields, Map: "nosuch"}))}, err: fail("notfound", 0), want: confSame},
 			{ops: []confBuild{add(rule("svc", "", DNATMap{Fields: []Field{FieldSaddr}, Map: "plain"}))}, err: fail("invalid", 0), want: confSame},
+		}},
+		// The recording after DNAT: a verdict map of sticky frontends keyed by the connection's
+		// original tuple, an update whose data is read from the reply tuple (the endpoint).
+		{name: "rule/affinity-post-dnat", steps: []confStep{
+			{ops: []confBuild{add(&TableObj{}), add(base("filter-output", ChainTypeFilter, HookOutput, -90)), add(ch("record")),
+				add(&Set{Name: "affinity", Key: affKey, Data: []Type{TypeIPv4Addr, TypeInetService}, Dynamic: true, HasTimeout: true, Size: 1024}),
+				add(&Set{Name: "sticky", Key: affKey[1:], Data: []Type{TypeVerdict}}),
+				add(&Set{Name: "plain", Key: []Type{TypeIPv4Addr}, Dynamic: true, HasTimeout: true, Size: 16}),
+				add(&Element{Set: "sticky", Key: []Value{v("198.18.0.10"), Proto(tcp), Port(80)}, Verdict: &Verdict{Kind: VerdictGoto, Chain: "record"}}),
+				add(rule("filter-output", "", Cmp{Field: FieldL4Proto, Value: Proto(tcp)}, VMap{Fields: ctFront, Map: "sticky"})),
+				add(rule("record", "", CtState{Mask: CtStateNew}, Cmp{Field: FieldL4Proto, Value: Proto(tcp)},
+					SetUpdate{Fields: ctKey, Set: "affinity", Timeout: 3 * time.Hour, DataFields: ctEndpoint})),
+			},
+				want: `table ip nftproxy {
+	map affinity {
+		type ipv4_addr . ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service
+		size 1024
+		flags dynamic,timeout
+	}
+
+	set plain {
+		type ipv4_addr
+		size 16
+		flags dynamic,timeout
+	}
+
+	map sticky {
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = {
+			198.18.0.10 . tcp . 80 : goto record
+		}
+	}
+
+	chain filter-output {
+		type filter hook output priority -90; policy accept;
+		meta l4proto tcp ct original ip daddr . meta l4proto . ct original proto-dst vmap @sticky
+	}
+
+	chain record {
+		ct state new meta l4proto tcp update @affinity { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout 3h : ct reply ip saddr . ct reply proto-src }
+	}
+}
+`},
+			// Data fields need a data map whose data they fill exactly.
+			{ops: []confBuild{add(rule("record", "", SetUpdate{Fields: []Field{FieldSaddr}, Set: "plain", DataFields: []Field{FieldCtReplySaddr}}))},
+				err: fail("invalid", 0), want: confSame},
+			{ops: []confBuild{add(rule("record", "", SetUpdate{Fields: ctKey, Set: "affinity", DataFields: []Field{FieldCtReplySaddr}}))},
+				err: fail("invalid", 0), want: confSame},
+			{ops: []confBuild{add(rule("record", "", SetUpdate{Fields: ctKey, Set: "affinity", DataFields: ctEndpoint, Data: []Value{v("198.18.0.1"), Port(80)}}))},
+				err: fail("invalid", 0), want: confSame},
 		}},
 	}
 }

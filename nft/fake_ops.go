@@ -293,7 +293,7 @@ func fakeCopyExprs(in []Expr) []Expr {
 			x.Fields = slices.Clone(x.Fields)
 			e = x
 		case SetUpdate:
-			x.Fields, x.Data = slices.Clone(x.Fields), slices.Clone(x.Data)
+			x.Fields, x.Data, x.DataFields = slices.Clone(x.Fields), slices.Clone(x.Data), slices.Clone(x.DataFields)
 			e = x
 		case DNATMap:
 			x.Fields = slices.Clone(x.Fields)

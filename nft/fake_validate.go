@@ -287,6 +287,9 @@ func (v *fakeValidator) reachable(from string) []string {
 // fakeCheckUpdateData is the kernel's check of an update's data: a data map takes data (and a
 // plain set none), of the map's types, and key and data must fit the 16 register words.
 func fakeCheckUpdateData(k int, x SetUpdate, s *Set, fam Family, bad func(int, string, ...any) error) error {
+	if len(x.DataFields) > 0 {
+		return fakeCheckUpdateDataFields(k, x, s, fam, bad)
+	}
 	if len(x.Data) == 0 {
 		if s.IsMap() {
 			return bad(k, "update of map %s needs data", s.Name)
@@ -312,6 +315,39 @@ func fakeCheckUpdateData(k int, x SetUpdate, s *Set, fam Family, bad func(int, s
 			return bad(k, "%s", msg)
 		}
 		words += fakeTypeLen(v.Type) / 4
+	}
+	if words > 16 {
+		return bad(k, "update of map %s: key and data take %d register words, the kernel has 16", s.Name, words)
+	}
+	return nil
+}
+
+// fakeCheckUpdateDataFields is fakeCheckUpdateData for data read from the packet: fields of the
+// map's data types, key and data within the 16 register words.
+func fakeCheckUpdateDataFields(k int, x SetUpdate, s *Set, fam Family, bad func(int, string, ...any) error) error {
+	if len(x.Data) > 0 {
+		return bad(k, "update of map %s: constant data and data fields together", s.Name)
+	}
+	if !s.IsMap() || s.IsVerdictMap() {
+		return bad(k, "update with data needs a data map; %s is not one", s.Name)
+	}
+	if len(x.DataFields) != len(s.Data) {
+		return bad(k, "update of map %s: %d data fields, the map has %d", s.Name, len(x.DataFields), len(s.Data))
+	}
+	words := 0
+	for _, f := range x.Fields {
+		words += fakeTypeLen(f.Type(fam)) / 4
+	}
+	words = (words + 3) / 4 * 4
+	for j, f := range x.DataFields {
+		t := f.Type(fam)
+		if t == TypeInvalid {
+			return bad(k, "unknown data field %d", f)
+		}
+		if t != s.Data[j] {
+			return bad(k, "update of map %s: data field %d is %s, the map wants %s", s.Name, j, t, s.Data[j])
+		}
+		words += fakeTypeLen(t) / 4
 	}
 	if words > 16 {
 		return bad(k, "update of map %s: key and data take %d register words, the kernel has 16", s.Name, words)

@@ -45,7 +45,36 @@ func kernelAffinityTx() *Transaction {
 	tx.Add(&Rule{Chain: "svc-b", Comment: "keep-port", Exprs: []Expr{
 		SetUpdate{Fields: fields, Set: "affinity-addr", Timeout: time.Minute, Data: []Value{a("198.19.0.3")}},
 		DNAT{Addr: kernelAddr("198.19.0.3")}}})
+	kernelAffinityRecordTx(tx)
 	return tx
+}
+
+// kernelAffinityRecordTx adds the recording of a chosen endpoint after DNAT: a verdict map of
+// sticky frontends keyed by the connection's original tuple (behind the protocol match nft
+// needs to read "ct original proto-dst" in a concatenation), and a recording chain whose update
+// takes its data from the reply tuple. "front" has a 3-word key, so its data starts at the next
+// 16-byte register rather than right after the key.
+func kernelAffinityRecordTx(tx *Transaction) {
+	key := []Type{TypeIPv4Addr, TypeIPv4Addr, TypeInetProto, TypeInetService}
+	front := []Field{FieldCtOrigDaddr, FieldL4Proto, FieldCtOrigProtoDst}
+	recKey := []Field{FieldSaddr, FieldCtOrigDaddr, FieldL4Proto, FieldCtOrigProtoDst}
+	endpoint := []Field{FieldCtReplySaddr, FieldCtReplyProtoSrc}
+	tcp := Cmp{Field: FieldL4Proto, Value: Proto(unix.IPPROTO_TCP)}
+	udp := Cmp{Field: FieldL4Proto, Value: Proto(unix.IPPROTO_UDP)}
+	tx.Add(&Chain{Name: "filter-output", Base: &BaseChain{Type: ChainTypeFilter, Hook: HookOutput, Priority: -90}})
+	tx.Add(&Chain{Name: "record-3h"})
+	tx.Add(&Set{Name: "sticky", Key: key[1:], Data: []Type{TypeVerdict}, Comment: "sticky frontends"})
+	tx.Add(&Set{Name: "recorded", Key: key, Data: []Type{TypeIPv4Addr, TypeInetService}, Dynamic: true, HasTimeout: true, Size: 1024})
+	tx.Add(&Set{Name: "front", Key: key[1:], Data: []Type{TypeIPv4Addr, TypeInetService}, Dynamic: true, HasTimeout: true, Size: 1024})
+	tx.Add(&Element{Set: "sticky", Key: []Value{Addr(kernelAddr("198.18.0.10")), Proto(unix.IPPROTO_TCP), Port(80)},
+		Verdict: &Verdict{Kind: VerdictGoto, Chain: "record-3h"}})
+	tx.Add(&Rule{Chain: "filter-output", Comment: "sticky", Exprs: []Expr{tcp, VMap{Fields: front, Map: "sticky"}}})
+	tx.Add(&Rule{Chain: "record-3h", Comment: "record", Exprs: []Expr{CtState{Mask: CtStateNew}, tcp,
+		SetUpdate{Fields: recKey, Set: "recorded", Timeout: 3 * time.Hour, DataFields: endpoint}}})
+	tx.Add(&Rule{Chain: "record-3h", Comment: "front", Exprs: []Expr{udp,
+		SetUpdate{Fields: front, Set: "front", DataFields: endpoint}}})
+	tx.Add(&Rule{Chain: "record-3h", Comment: "cmp", Exprs: []Expr{tcp, Cmp{Field: FieldCtOrigProtoDst, Value: Port(80)},
+		Cmp{Field: FieldCtReplySaddr, Value: Addr(kernelAddr("198.19.0.1"))}, Verdict{Kind: VerdictAccept}}})
 }
 
 // kernelAffinity6Tx is the per-port affinity of an ip6 table: a dynamic map keyed by the client

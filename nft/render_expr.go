@@ -83,6 +83,9 @@ func renderExpr(f Family, e Expr) string {
 			}
 			out += " : " + strings.Join(vals, " . ")
 		}
+		if len(x.DataFields) > 0 {
+			out += " : " + renderFields(f, x.DataFields)
+		}
 		return out + " }"
 	case DNATMap:
 		to := "dnat to"
@@ -129,6 +132,14 @@ func renderField(f Family, fl Field) string {
 		return "th dport"
 	case FieldMark:
 		return "meta mark"
+	case FieldCtOrigDaddr:
+		return "ct original " + ip + " daddr"
+	case FieldCtOrigProtoDst:
+		return "ct original proto-dst"
+	case FieldCtReplySaddr:
+		return "ct reply " + ip + " saddr"
+	case FieldCtReplyProtoSrc:
+		return "ct reply proto-src"
 	}
 	return renderLoud("bad-field", fmt.Sprintf("field %d", fl))
 }

@@ -10,6 +10,7 @@ import (
 // state is one packet on its way through the hooks, in one numgen branch.
 type state struct {
 	p          Packet
+	orig       Packet // p as it arrived: the connection's original tuple
 	mark       uint32
 	dnat       []string
 	dnatted    bool
@@ -55,7 +56,7 @@ const reject nft.VerdictKind = 255
 
 // once follows the hooks in kernel order and returns the outcome.
 func (tr *Tracer) once(p Packet, st *state) Outcome {
-	st.p = p
+	st.p, st.orig = p, p
 	var hooks []nft.Hook
 	if p.Local {
 		hooks = []nft.Hook{nft.HookOutput, nft.HookPostrouting}
@@ -170,6 +171,16 @@ func (tr *Tracer) field(f nft.Field, st *state) nft.Value {
 		return nft.Port(st.p.Dport)
 	case nft.FieldMark:
 		return nft.Mark(st.mark)
+	// The connection's tuples: the original one is what the client sent; the reply one comes
+	// from the address (and port) DNAT chose, the packet's own until a DNAT.
+	case nft.FieldCtOrigDaddr:
+		return nft.Addr(st.orig.Daddr)
+	case nft.FieldCtOrigProtoDst:
+		return nft.Port(st.orig.Dport)
+	case nft.FieldCtReplySaddr:
+		return nft.Addr(st.p.Daddr)
+	case nft.FieldCtReplyProtoSrc:
+		return nft.Port(st.p.Dport)
 	}
 	fail("field %d is not supported", f)
 	return nft.Value{}
@@ -246,7 +257,11 @@ func (tr *Tracer) expr(e nft.Expr, st *state) (v nft.Verdict, cont bool) {
 		}
 		// An element that exists keeps its data (the kernel only refreshes its expiration).
 		if k := keyText(tr.fields(x.Fields, st)); st.dyn[x.Set][k] == nil {
-			st.dyn[x.Set][k] = append([]nft.Value{}, x.Data...)
+			data := append([]nft.Value{}, x.Data...)
+			if len(x.DataFields) > 0 {
+				data = tr.fields(x.DataFields, st)
+			}
+			st.dyn[x.Set][k] = data
 		}
 	case nft.DNATMap:
 		var data []nft.Value

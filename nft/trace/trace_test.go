@@ -263,3 +263,42 @@ func TestPath(t *testing.T) {
 		t.Fatalf("rejected packet: %s, %v, last step %v; want reject-icmp by filter-forward #0", out, err, steps[len(steps)-1])
 	}
 }
+
+// TestConnectRecordsAfterDNAT: the endpoint a connection was DNATed to is recorded after DNAT,
+// from the connection's tuples (a verdict map of sticky frontends on the original destination,
+// the endpoint from the reply source), and the next connection of that client goes back to it
+// through the hit in the nat chain; another client still picks among all.
+func TestConnectRecordsAfterDNAT(t *testing.T) {
+	rs := miniRuleset(2, pod1, pod2)
+	affKey := []nft.Field{nft.FieldSaddr, nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
+	recKey := []nft.Field{nft.FieldSaddr, nft.FieldCtOrigDaddr, nft.FieldL4Proto, nft.FieldCtOrigProtoDst}
+	front := []nft.Field{nft.FieldCtOrigDaddr, nft.FieldL4Proto, nft.FieldCtOrigProtoDst}
+	tcp := nft.Cmp{Field: nft.FieldL4Proto, Value: nft.Proto(unix.IPPROTO_TCP)}
+	rs.Chains = append(rs.Chains, base("filter-forward-record", nft.ChainTypeFilter, nft.HookForward, 0), nft.Chain{Name: "record"})
+	rs.Sets = append(rs.Sets,
+		nft.Set{Name: "affinity", Key: []nft.Type{nft.TypeIPv4Addr, nft.TypeIPv4Addr, nft.TypeInetProto, nft.TypeInetService},
+			Data: []nft.Type{nft.TypeIPv4Addr, nft.TypeInetService}, Dynamic: true, HasTimeout: true},
+		nft.Set{Name: "sticky", Key: []nft.Type{nft.TypeIPv4Addr, nft.TypeInetProto, nft.TypeInetService}, Data: []nft.Type{nft.TypeVerdict}})
+	rs.Elements["sticky"] = []nft.Element{{Set: "sticky", Key: []nft.Value{nft.Addr(svcIP), nft.Proto(unix.IPPROTO_TCP), nft.Port(80)},
+		Verdict: &nft.Verdict{Kind: nft.VerdictGoto, Chain: "record"}}}
+	at := slices.IndexFunc(rs.Rules, func(r nft.Rule) bool { return r.Chain == "svc-web" })
+	rs.Rules = slices.Insert(rs.Rules, at, rule("svc-web", nft.DNATMap{Fields: affKey, Map: "affinity", WithPort: true}))
+	rs.Rules = append(rs.Rules,
+		rule("filter-forward-record", tcp, nft.VMap{Fields: front, Map: "sticky"}),
+		rule("record", nft.CtState{Mask: nft.CtStateNew}, tcp,
+			nft.SetUpdate{Fields: recKey, Set: "affinity", Timeout: time.Hour, DataFields: []nft.Field{nft.FieldCtReplySaddr, nft.FieldCtReplyProtoSrc}}))
+	tr := New(rs, node)
+	both := []string{"198.18.128.10:8080", "198.18.128.11:8080"}
+	if got, err := tr.Connect(TCP(pod3, svcIP, 80), func(uint32) uint32 { return 1 }); err != nil || !slices.Equal(got.DNAT, both[1:]) {
+		t.Fatalf("connect with draw 1: %s, %v; want %v", got, err, both[1:])
+	}
+	if got, _ := tr.Run(TCP(pod3, svcIP, 80)); !slices.Equal(got.DNAT, both[1:]) {
+		t.Errorf("after a connection to pod2: %v, want only %v (recorded after DNAT)", got.DNAT, both[1:])
+	}
+	if got, _ := tr.Run(TCP(client, svcIP, 80)); !slices.Equal(got.DNAT, both) {
+		t.Errorf("another client: %v, want %v", got.DNAT, both)
+	}
+	if got, _ := tr.Run(TCP(pod3, svcIP, 81)); got.Verdict == Accept && len(got.DNAT) > 0 {
+		t.Errorf("another port of the frontend: %s, want no DNAT", got)
+	}
+}

@@ -10,8 +10,10 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/annotation"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
@@ -395,7 +397,7 @@ func (c *counting) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, e
 // TestKernelTakesOutEveryRefusedServiceInOneRound: the kernel processes the whole batch and
 // reports every refused message, so Services refused together are taken out together: more of
 // them than the round bound, in one sync of two transactions. The refused Services have chains
-// of their own (ClientIP affinity): each rule is a message of its own. (Elements of one set
+// of their own (a port range): each rule is a message of its own. (Elements of one set
 // travel in one message, and the kernel stops that message at its first refused element: a
 // shared-mode Service whose only refused op is an element is reported alone per message.)
 func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
@@ -408,7 +410,7 @@ func TestKernelTakesOutEveryRefusedServiceInOneRound(t *testing.T) {
 	k := refuse(raw)
 	c := &counting{Interface: k}
 	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
-	bad, names := addBadServices(tr, maxRefusals+3, affinity)
+	bad, names := addBadServices(tr, maxRefusals+3, portRange)
 	k.set(bad...)
 	if _, err := newProxier(t, c, tr, nil).Sync(context.Background(), true); err != nil {
 		t.Fatalf("sync: %v", err)
@@ -451,8 +453,18 @@ func addBadServices(tr *model.Tracker, n int, mods ...func(*corev1.Service)) (ba
 	return bad, names
 }
 
-// affinity gives a Service ClientIP affinity: its ports get chains of their own.
+// affinity gives a Service ClientIP affinity (shared mode in an ip table, like a port without).
 func affinity(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }
+
+// portRange makes the Service's port "http" the range 80-81: it gets chains of its own (its
+// DNAT keeps the port, which the shared endpoint maps cannot say).
+func portRange(s *corev1.Service) {
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[annotation.PortRangesKey] = "http=80-81"
+	s.Spec.Ports[0].TargetPort = intstr.FromInt32(80)
+}
 
 // elementOf returns an op's element, whether the op carries it packed (as the reconciler sends
 // its elements) or not.

@@ -77,6 +77,31 @@ func (rc *recorded) chain(c *ChainDef, delta int) {
 	}
 }
 
+// declared adds (delta 1) or removes (-1) the data a fragment declares it may record.
+func (rc *recorded) declared(ks []recordedKey, delta int) {
+	for _, k := range ks {
+		if rc.n[k] += delta; rc.n[k] > 0 {
+			delete(rc.lost, k)
+			continue
+		}
+		delete(rc.n, k)
+		if delta < 0 {
+			rc.lost[k] = true
+		}
+	}
+}
+
+// recordedKeys are the keys of a fragment's declared data, all-zero data left out.
+func recordedKeys(rs []Recorded) []recordedKey {
+	var out []recordedKey
+	for _, r := range rs {
+		if k, ok := dataKey(r.Set, r.Data); ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // pruneAffinity deletes, in each table, the dynamic map entries whose data is stale: lost since
 // the last prune, or with full, recorded by no desired rule. It costs a read-back of those maps
 // only, and only when something was lost (or on a full Commit with recording rules). It returns

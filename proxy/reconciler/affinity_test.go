@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,16 @@ func affinityService(eps ...string) reconciler.Fragment {
 	return reconciler.Fragment{Chains: []reconciler.ChainDef{{Chain: nft.Chain{Name: "svc-web"}, Rules: rs}}}
 }
 
+// affinityDeclared is affinityService whose endpoints are recorded after DNAT from the packet
+// (a rule with data fields, in a chain of the base layout): the fragment declares them instead.
+func affinityDeclared(eps ...string) reconciler.Fragment {
+	var f reconciler.Fragment
+	for _, ep := range eps {
+		f.Recorded = append(f.Recorded, reconciler.Recorded{Set: "affinity", Data: []nft.Value{nft.Addr(netip.MustParseAddr(ep)), nft.Port(8080)}})
+	}
+	return f
+}
+
 // entry is what the packet path would have recorded: client -> ClusterIP:80 -> ep.
 func entry(client, ep string) *nft.Element {
 	return &nft.Element{Set: "affinity", Timeout: time.Hour,
@@ -51,12 +62,17 @@ func entry(client, ep string) *nft.Element {
 // port, the entries of the dynamic map that send clients to it are deleted (they would DNAT to
 // a removed endpoint until they expire), the others kept; a sync that removes nothing reads
 // nothing back; an entry holding the refresh's all-zero data goes too; and a full resync (a
-// restart) prunes what was lost while nobody watched. The Fake and the kernel alike.
+// restart) prunes what was lost while nobody watched. The Fake and the kernel alike; endpoints
+// recorded by rules and declared by the fragment alike.
 func TestAffinityEntriesOfRemovedEndpoints(t *testing.T) {
-	for _, name := range []string{"fake", "kernel"} {
+	for _, name := range []string{"fake", "kernel", "fake-declared", "kernel-declared"} {
+		affinityService := affinityService
+		if strings.HasSuffix(name, "-declared") {
+			affinityService = affinityDeclared
+		}
 		t.Run(name, func(t *testing.T) {
 			var k nft.Interface = nft.NewFake()
-			if name == "kernel" {
+			if strings.HasPrefix(name, "kernel") {
 				ns := netns.New(t, "reconaff")
 				kk, err := nft.NewKernel(nft.WithNetNS(ns.Fd()))
 				if err != nil {

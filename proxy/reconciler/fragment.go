@@ -18,6 +18,18 @@ type Fragment struct {
 	Chains   []ChainDef
 	Sets     []nft.Set
 	Elements []nft.Element
+	// Recorded is the data the packet path may store into dynamic maps for this owner when
+	// rules record it from the packet (an endpoint recorded after DNAT from the connection's
+	// reply tuple) rather than as constants of an update: no rule names it, so the fragment
+	// does. It counts for the prune of stale entries as a rule's constant data does
+	// (affinity.go); it is no kernel object.
+	Recorded []Recorded
+}
+
+// Recorded is data (an endpoint: address . port) that may be stored into dynamic map Set.
+type Recorded struct {
+	Set  string
+	Data []nft.Value
 }
 
 // ElementID identifies an element within its table: set name, key and interval end (an end

@@ -197,6 +197,8 @@ type ownerRecord struct {
 	// per element). Only the entry's id is read: the index's current entry for that ID may be
 	// a newer one (replace), which another owner set since.
 	elems []*elemEntry
+	// recorded is the data the owner's fragment declared it may record (Fragment.Recorded).
+	recorded []recordedKey
 }
 
 // declares reports whether the owner's fragment declares chain.

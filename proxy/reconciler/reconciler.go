@@ -94,11 +94,16 @@ func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
 		old = &ownerRecord{}
 	}
 	rec := &ownerRecord{}
-	if len(f.Chains)+len(f.Sets)+len(f.Elements) == 0 {
+	if len(f.Chains)+len(f.Sets)+len(f.Elements)+len(f.Recorded) == 0 {
 		delete(tb.owners, owner)
 	} else {
 		tb.owners[owner] = rec
 	}
+	// Declared recordings: the new ones counted first, so data both versions declare never
+	// counts as lost.
+	rec.recorded = recordedKeys(f.Recorded)
+	tb.rec.declared(rec.recorded, 1)
+	tb.rec.declared(old.recorded, -1)
 	d := tb.desired
 	// A chain several owners declare (the layout's shared pick chains) stays while any of them
 	// wants it: chainRefs counts the owners declaring each name. Their definitions are the same

@@ -350,7 +350,7 @@ func (k *losing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, err
 // full one) rather than trust what it believes.
 func TestUnknownFailureRetriesFull(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
-		bad := svc(3, 2) // with affinity: it owns its chains
+		bad := svc(3, 2) // with affinity: it owns its chains in the ip6 table
 		bad.Ports[0].AffinityTimeout = time.Hour
 		raw := open()
 		k := &losing{Interface: refuseChains(raw, ruleset.ServiceChain(bad.Ports[0].Name), ruleset.ExternalChain(bad.Ports[0].Name))}
@@ -430,7 +430,7 @@ func (k *refusing) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, e
 // everything else.
 func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 	kernels(t, func(t *testing.T, open func() nft.Interface) {
-		bad := svc(3, 2) // with affinity: it owns its chains (shared-mode ports own none)
+		bad := svc(3, 2) // with affinity: it owns its chains in the ip6 table (shared-mode ports own none)
 		bad.Ports[0].AffinityTimeout = time.Hour
 		raw := open()
 		k := refuseChains(raw, ruleset.ServiceChain(bad.Ports[0].Name), ruleset.ExternalChain(bad.Ports[0].Name))

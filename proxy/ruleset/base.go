@@ -107,7 +107,9 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 			nft.Set{Name: MapAffinity, Key: key, Data: []nft.Type{addr, nft.TypeInetService}, Dynamic: true, HasTimeout: true,
 				Size: c.affinityMapSize(), Comment: "client . address . protocol . port -> endpoint (ClientIP affinity)"},
 			nft.Set{Name: MapAffinityAddr, Key: key, Data: []nft.Type{addr}, Dynamic: true, HasTimeout: true,
-				Size: c.affinityMapSize(), Comment: "client . address . protocol . port -> endpoint address (affinity, port kept)"})
+				Size: c.affinityMapSize(), Comment: "client . address . protocol . port -> endpoint address (affinity, port kept)"},
+			verdictMap(MapStickyFrontends, "sticky address . protocol . port -> record its endpoints", false, addr, nft.TypeInetProto, nft.TypeInetService),
+			verdictMap(MapStickyNodePorts, "sticky protocol . node port -> record its endpoints", false, nft.TypeInetProto, nft.TypeInetService))
 	}
 	for _, a := range b.NodePortAddrs(node) {
 		f.Elements = append(f.Elements, nft.Element{Set: SetNodePortIPs, Key: []nft.Value{nft.Addr(a)}})
@@ -154,6 +156,13 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 			rule("", nft.Reject{}),
 		},
 	}
+	if c.Family == nft.IPv4 {
+		for _, bc := range []string{ChainFilterInput, ChainFilterForward, ChainFilterOutputDNATd} {
+			rules[bc] = append(rules[bc], recordRules()...)
+		}
+		f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: ChainAffinityHit}, Rules: withChain(ChainAffinityHit, []nft.Rule{
+			rule("a known client: back to its endpoint", nft.DNATMap{Fields: affinityKey(), Map: MapAffinity, WithPort: true})})})
+	}
 	for _, bc := range baseChains {
 		f.Chains = append(f.Chains, reconciler.ChainDef{
 			Chain: nft.Chain{Name: bc.name, Base: &nft.BaseChain{Type: bc.typ, Hook: bc.hook, Priority: bc.priority, Policy: nft.PolicyAccept}},
@@ -164,6 +173,29 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
 	}
 	return f
+}
+
+// stickyProtocols are the protocols a Service port may have, each with its own recording rules.
+var stickyProtocols = []uint8{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP}
+
+// recordRules go last in the filter chains that see a packet after DNAT (forward, input, output
+// after dstnat): a connection to a sticky frontend, looked up by its original tuple, jumps to
+// the chain that records its endpoint. One rule per protocol and map: nft reads "ct original
+// proto-dst" in a concatenation only after a protocol match. Node ports count only on the
+// addresses that accept them. Only new connections are looked up: a packet of an established one
+// costs a ct state test, not two map lookups.
+func recordRules() []nft.Rule {
+	var rs []nft.Rule
+	for _, p := range stickyProtocols {
+		rs = append(rs, rule("record endpoints of sticky Service addresses", ctNew(), protoCmp(p),
+			vmap(MapStickyFrontends, []nft.Field{nft.FieldCtOrigDaddr, nft.FieldL4Proto, nft.FieldCtOrigProtoDst})))
+	}
+	for _, p := range stickyProtocols {
+		rs = append(rs, rule("record endpoints of sticky node ports", ctNew(), protoCmp(p),
+			nft.CmpSet{Fields: []nft.Field{nft.FieldCtOrigDaddr}, Set: SetNodePortIPs},
+			vmap(MapStickyNodePorts, []nft.Field{nft.FieldL4Proto, nft.FieldCtOrigProtoDst})))
+	}
+	return rs
 }
 
 // servicesRules is the dispatch chain: exact ports, then ranges, then all-ports, then node

@@ -58,7 +58,7 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 func (b *Builder) endpointChain(f *reconciler.Fragment, p *portPlan, chain string, eps []model.Endpoint) {
 	var rs []nft.Rule
 	switch {
-	case p.sp.AffinityTimeout > 0 && b.cfg.Family == nft.IPv4:
+	case p.sp.AffinityTimeout > 0 && b.cfg.Family == nft.IPv4: // keepPort: others are shared
 		rs = b.affinityMapRules(f, p, eps)
 	case p.sp.AffinityTimeout > 0 && samePort(eps):
 		rs = b.affinityPortMapRules(f, p, eps)
@@ -103,60 +103,38 @@ func affinityKey() []nft.Field {
 	return []nft.Field{nft.FieldSaddr, nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
 }
 
-// affinityMapRules implement sessionAffinity ClientIP in an ip table with the shared affinity
-// maps (README.md, "sessionAffinity ClientIP"): no set of the port's own.
+// affinityMapRules implement sessionAffinity ClientIP in an ip table for a port that keeps the
+// destination port (ranges, all-ports, node-port blocks: own-chains mode), with the shared map
+// affinity-addr (README.md, "sessionAffinity ClientIP"); single ports are in shared mode.
 //
-//	jump affinity-hit-<T>s                   a known client: refresh, DNAT to its endpoint
-//	numgen random mod N-i 0 [meta l4proto P] update @affinity { client . frontend timeout T : EP_i } dnat to EP_i
-//	numgen random mod N-i 0 [meta l4proto P] dnat to EP_i     only when the map refused the update
+//	jump affinity-hit-addr-<T>s              a known client: refresh, DNAT to its endpoint
+//	numgen random mod N-i 0 update @affinity-addr { client . frontend timeout T : EP_i } dnat to EP_i
+//	numgen random mod N-i 0 dnat to EP_i     only when the map refused the update
 //
-// The hit lives in a chain shared by every port with the same timeout: a rule that reads a
-// map binds it, and each binding makes the kernel walk every element of the map, so no
-// per-port chain may read it; an update statement binds without that walk. An update into a
-// full map fails and stops its rule, so the plain cascade after the recording one still DNATs
-// every new connection (unrecorded). The protocol match comes before the update: nft lists it
-// there as "tcp dport" in the key and writes it back at that place.
+// The hit lives in a chain shared by every such port with the same timeout: a rule that reads a
+// map binds it, and each binding makes the kernel walk every element of the map, so no per-port
+// chain may read it; an update statement binds without that walk. An update into a full map
+// fails and stops its rule, so the plain cascade after the recording one still DNATs every new
+// connection (unrecorded).
 func (b *Builder) affinityMapRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
 	t := p.sp.AffinityTimeout
-	m := MapAffinity
-	if p.keepPort {
-		m = MapAffinityAddr
-	}
-	hit := AffinityHitChain(p.keepPort, t)
-	zero := []nft.Value{nft.Addr(netip.IPv4Unspecified()), nft.Port(0)}
-	if p.keepPort {
-		zero = zero[:1]
-	}
+	hit := AffinityHitChain(true, t)
 	// The refresh's data is never stored: on an element that exists the kernel keeps its data.
 	addChain(f, hit, rule("sticky client: refresh its entry, DNAT to its endpoint",
-		nft.CmpSet{Fields: affinityKey(), Set: m},
-		nft.SetUpdate{Fields: affinityKey(), Set: m, Timeout: t, Data: zero},
-		nft.DNATMap{Fields: affinityKey(), Map: m, WithPort: !p.keepPort}))
+		nft.CmpSet{Fields: affinityKey(), Set: MapAffinityAddr},
+		nft.SetUpdate{Fields: affinityKey(), Set: MapAffinityAddr, Timeout: t, Data: []nft.Value{nft.Addr(netip.IPv4Unspecified())}},
+		nft.DNATMap{Fields: affinityKey(), Map: MapAffinityAddr}))
 	rs := []nft.Rule{rule(comment(p.name, ": affinity"), jump(hit))}
-	rs = append(rs, b.recordCascade(p, m, eps)...)
-	return append(rs, b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })...)
-}
-
-// recordCascade is the cascade of affinityMapRules that records each new client's endpoint.
-func (b *Builder) recordCascade(p *portPlan, m string, eps []model.Endpoint) []nft.Rule {
-	rs := make([]nft.Rule, 0, len(eps))
 	for i, ep := range eps {
 		var ex []nft.Expr
 		if n := uint32(len(eps) - i); n > 1 {
 			ex = append(ex, nft.NumgenMatch{Modulus: n, Value: 0})
 		}
-		data := []nft.Value{nft.Addr(ep.Addr)}
-		if p.keepPort {
-			ex = append(ex, nft.SetUpdate{Fields: affinityKey(), Set: m, Timeout: p.sp.AffinityTimeout, Data: data},
-				nft.DNAT{Addr: ep.Addr})
-		} else {
-			ex = append(ex, protoCmp(p.proto),
-				nft.SetUpdate{Fields: affinityKey(), Set: m, Timeout: p.sp.AffinityTimeout, Data: append(data, nft.Port(ep.Port))},
-				nft.DNAT{Addr: ep.Addr, Port: ep.Port})
-		}
+		ex = append(ex, nft.SetUpdate{Fields: affinityKey(), Set: MapAffinityAddr, Timeout: t, Data: []nft.Value{nft.Addr(ep.Addr)}},
+			nft.DNAT{Addr: ep.Addr})
 		rs = append(rs, rule(comment(p.name, fmt.Sprintf(": new client, endpoint %d of %d", i+1, len(eps))), ex...))
 	}
-	return rs
+	return append(rs, b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })...)
 }
 
 // samePort reports whether every endpoint has the same port (0 for ports that keep the port).

@@ -2,6 +2,7 @@ package ruleset
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -99,6 +100,7 @@ func TestKernelPolicyRuleset(t *testing.T) {
 			if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
 				t.Fatalf("the kernel lists something else than was applied:\n%s", d)
 			}
+			checkJSON(t, ns, len(rs.Rules))
 			reloadListing(t, ns, "rulesetpol2")
 		})
 	}
@@ -155,6 +157,48 @@ func reloadListing(t *testing.T, ns *netns.NS, prefix string) {
 	}
 	if again != listing {
 		t.Errorf("nft -f of the listing lists differently:\n got %s\nwant %s", again, listing)
+	}
+}
+
+// checkJSON reads the ruleset back with `nft -j list ruleset`, independently of our decoder: it
+// must hold wantRules rules, none with an expression nft does not understand, and the recording
+// of sticky endpoints after DNAT must read as conntrack tuple fields.
+func checkJSON(t *testing.T, ns *netns.NS, wantRules int) {
+	t.Helper()
+	out, err := ns.Run("nft", "-j", "list", "ruleset")
+	if err != nil {
+		t.Fatalf("nft -j list ruleset: %v", err)
+	}
+	var doc struct {
+		Nftables []map[string]json.RawMessage `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("nft -j output: %v", err)
+	}
+	rules, ctRecord, ctLookup := 0, 0, 0
+	for _, obj := range doc.Nftables {
+		raw, ok := obj["rule"]
+		if !ok {
+			continue
+		}
+		rules++
+		r := string(raw)
+		if strings.Contains(r, `"unknown"`) || strings.Contains(r, `"xt"`) {
+			t.Errorf("nft does not understand a rule: %s", r)
+		}
+		// nft 1.0.6 has no JSON form of a map update: it prints the statement as text.
+		if strings.Contains(r, "ct original proto-dst timeout") && strings.Contains(r, ": ct reply ip saddr . ct reply proto-src }") {
+			ctRecord++
+		}
+		if strings.Contains(r, `"vmap"`) && strings.Contains(r, `"dir": "original"`) {
+			ctLookup++
+		}
+	}
+	if rules != wantRules {
+		t.Errorf("nft -j lists %d rules, want %d", rules, wantRules)
+	}
+	if ctRecord == 0 || ctLookup == 0 {
+		t.Errorf("%d rules record an endpoint from the reply tuple, %d look sticky frontends up by the original one: want some of each", ctRecord, ctLookup)
 	}
 }
 

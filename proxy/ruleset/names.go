@@ -98,12 +98,30 @@ const (
 	// MapAffinityAddr (ip tables): the same key -> endpoint address, for ports that keep the
 	// destination port (ranges, all-ports, node-port blocks).
 	MapAffinityAddr = "affinity-addr"
+	// MapStickyFrontends (ip tables): address . protocol . port -> jump to the chain recording
+	// the endpoint a new connection of that sticky frontend was DNATed to (after DNAT, keyed
+	// by the connection's original tuple).
+	MapStickyFrontends = "sticky-frontends"
+	// MapStickyNodePorts (ip tables): protocol . node port -> the same, for node ports.
+	MapStickyNodePorts = "sticky-nodeports"
+	// ChainAffinityHit (ip tables) sends a client with a live entry in MapAffinity back to its
+	// endpoint; shared-mode sticky ports jump to it before their pick.
+	ChainAffinityHit = "affinity-hit"
 )
 
-// AffinityHitChain names the shared chain that sends a client with a live entry in the
-// affinity map (MapAffinityAddr with keepPort) back to its endpoint and refreshes the entry
-// for timeout: "affinity-hit-10800s", "affinity-hit-addr-60s". One per timeout in use: the
-// kernel refreshes an entry by the timeout of the statement that finds it.
+// AffinityRecordChain names the shared chain that records, after DNAT, the endpoint of a new
+// connection to a sticky frontend of protocol proto with timeout: "affinity-record-tcp-10800s".
+// One per protocol (nft reads "ct original proto-dst" only after a protocol match) and timeout
+// in use; every update refreshes the entry's timeout.
+func AffinityRecordChain(proto string, timeout time.Duration) string {
+	return fmt.Sprintf("affinity-record-%s-%ds", proto, int64(timeout/time.Second))
+}
+
+// AffinityHitChain names the shared chain that sends a client of an own-chains port (one that
+// keeps the destination port) with a live entry in the affinity map (MapAffinityAddr with
+// keepPort) back to its endpoint and refreshes the entry for timeout: "affinity-hit-addr-60s".
+// One per timeout in use: the kernel refreshes an entry by the timeout of the statement that
+// finds it. (Shared-mode sticky ports use ChainAffinityHit and record after DNAT.)
 func AffinityHitChain(keepPort bool, timeout time.Duration) string {
 	infix := ""
 	if keepPort {

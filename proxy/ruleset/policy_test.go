@@ -187,15 +187,31 @@ func TestSessionAffinity(t *testing.T) {
 		t.Errorf("after the timeout: candidates %v, want %v", got.dnat, ep123)
 	}
 
-	// No set of its own: the shared maps of the base layout, and a hit chain per timeout.
+	// The node's own connections: DNATed in nat output, recorded after it in output.
+	tr.expire()
+	fromNode := tr.connect(local(tcp(nodeIP, webIP, 80)), pick)
+	for i := 0; i < 5; i++ {
+		if got := tr.connect(local(tcp(nodeIP, webIP, 80)), pick); got.String() != fromNode.String() {
+			t.Fatalf("connection %d from the node: got %s, want %s (sticky)", i+2, got, fromNode)
+		}
+	}
+
+	// Shared mode: no set and no chain of its own; the shared maps of the base layout, the
+	// shared hit chain, the sticky pick chain of 3 and a recording chain per protocol and timeout.
 	for _, s := range rs.Sets {
 		if strings.HasPrefix(s.Name, "aff-") {
 			t.Errorf("affinity set %s: an ip table keeps affinity in the shared maps only", s.Name)
 		}
 	}
-	hit := AffinityHitChain(false, 3*time.Second)
-	if !slices.ContainsFunc(rs.Chains, func(c nft.Chain) bool { return c.Name == hit }) {
-		t.Errorf("no chain %s", hit)
+	for _, c := range rs.Chains {
+		if strings.Contains(c.Name, "default/") {
+			t.Errorf("chain %s: a sticky single port of an ip table has no chain of its own", c.Name)
+		}
+	}
+	for _, want := range []string{ChainAffinityHit, "affinity-pick-3", AffinityRecordChain("tcp", 3*time.Second)} {
+		if !slices.ContainsFunc(rs.Chains, func(c nft.Chain) bool { return c.Name == want }) {
+			t.Errorf("no chain %s", want)
+		}
 	}
 }
 

@@ -127,8 +127,8 @@ type portPlan struct {
 	keepPort            bool
 	cips, lbIPs, extIPs []netip.Addr
 	cat                 model.EndpointCategories
-	// shared: the port has no chain of its own (single port, no ClientIP affinity); its
-	// frontends hold slots in the shared endpoint maps (shared.go).
+	// shared: the port has no chain of its own (single port; with ClientIP affinity only in
+	// ip tables); its frontends hold slots in the shared endpoint maps (shared.go).
 	shared         bool
 	cluster, local bool // own-chains mode: the svc- and local- chains exist
 	ext            bool // external frontends have somewhere to go (own-chains mode: the ext- chain)
@@ -142,7 +142,9 @@ func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, 
 		return nil, false
 	}
 	p := &portPlan{proto: proto, name: sp.Name.String(), keepPort: sp.KeepsPort()}
-	p.shared = !p.keepPort && sp.AffinityTimeout == 0
+	// ClientIP affinity is shared too in ip tables; ip6 keeps a map per sticky port (README.md,
+	// "sessionAffinity ClientIP").
+	p.shared = !p.keepPort && (sp.AffinityTimeout == 0 || b.cfg.Family == nft.IPv4)
 	p.cips = b.cfg.ofFamily(sp.ClusterIPs)
 	if len(p.cips) == 0 {
 		// Not a Service of this family: its node ports and external addresses belong to the
@@ -168,6 +170,9 @@ func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, 
 	}
 	return p, true
 }
+
+// sticky reports whether the port is a shared-mode port with ClientIP affinity.
+func (p *portPlan) sticky() bool { return p.shared && p.sp.AffinityTimeout > 0 }
 
 // hasInternal reports whether ClusterIP traffic has endpoints to go to.
 func (p *portPlan) hasInternal() bool {
@@ -207,6 +212,9 @@ func (b *Builder) servicePort(f *reconciler.Fragment, node *model.Node, sp *mode
 		if p.ext {
 			f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
 		}
+	}
+	if p.sticky() {
+		b.sticky(f, p)
 	}
 	if p.fw {
 		b.firewall(f, node, p, b.externalTarget(f, p, addressFrontend))

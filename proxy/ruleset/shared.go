@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
@@ -110,12 +111,34 @@ func (b *Builder) pick(f *reconciler.Fragment, k frontendKind, local bool, n int
 	return name
 }
 
+// stickyPick is pick for a port with ClientIP affinity (sticky): a chain that sends a known
+// client back to its endpoint through the shared hit chain, else goes on to the pick chain
+// ("affinity-pick-3"). It names no map, and the endpoint is recorded after DNAT (recordRules),
+// so the chain depends on neither the timeout nor the endpoints.
+func (b *Builder) stickyPick(f *reconciler.Fragment, k frontendKind, local bool, n int, sticky bool) string {
+	pick := b.pick(f, k, local, n)
+	if !sticky {
+		return pick
+	}
+	name := stickyName(pick, true)
+	addChain(f, name, rule("a known client: back to its endpoint", jump(ChainAffinityHit)), rule("", goTo(pick)))
+	return name
+}
+
+// stickyName is the name of the sticky variant of a shared chain: "affinity-masq-pick-3".
+func stickyName(chain string, sticky bool) string {
+	if sticky {
+		return "affinity-" + chain
+	}
+	return chain
+}
+
 // masqPick adds the chain of external traffic under externalTrafficPolicy Cluster (masquerade
 // mark, then the pick chain of n) and returns its name. It names no map: creating it never makes
 // the kernel walk a map's elements.
-func (b *Builder) masqPick(f *reconciler.Fragment, k frontendKind, n int) string {
-	pick := b.pick(f, k, false, n)
-	name := k.masqPickChain(n)
+func (b *Builder) masqPick(f *reconciler.Fragment, k frontendKind, n int, sticky bool) string {
+	pick := b.stickyPick(f, k, false, n, sticky)
+	name := stickyName(k.masqPickChain(n), sticky)
 	addChain(f, name, rule("masquerade traffic from outside the cluster", nft.MarkOr{Bits: b.cfg.MasqueradeMark}, goTo(pick)))
 	return name
 }
@@ -124,11 +147,11 @@ func (b *Builder) masqPick(f *reconciler.Fragment, k frontendKind, n int) string
 // on this node and n in the cluster, and returns its name: pods and the node itself reach the
 // whole cluster (KEP-3866 short-circuit, the node's traffic masqueraded), outside clients keep
 // their address and reach this node's endpoints, or get the drop bit when it has none.
-func (b *Builder) localOf(f *reconciler.Fragment, k frontendKind, m, n int) string {
-	pick := b.pick(f, k, false, n)
+func (b *Builder) localOf(f *reconciler.Fragment, k frontendKind, m, n int, sticky bool) string {
+	pick := b.stickyPick(f, k, false, n, sticky)
 	var local string
 	if m > 0 {
-		local = b.pick(f, k, true, m)
+		local = b.stickyPick(f, k, true, m, sticky)
 	}
 	var rs []nft.Rule
 	for _, c := range b.cfg.prefixesOfFamily(b.cfg.ClusterCIDRs) {
@@ -141,7 +164,7 @@ func (b *Builder) localOf(f *reconciler.Fragment, k frontendKind, m, n int) stri
 	} else {
 		rs = append(rs, rule("no endpoint on this node: drop external traffic", nft.MarkOr{Bits: b.cfg.DropMark}))
 	}
-	name := k.localOfChain(m, n)
+	name := stickyName(k.localOfChain(m, n), sticky)
 	addChain(f, name, rs...)
 	return name
 }
@@ -178,7 +201,7 @@ func (b *Builder) sharedInternal(f *reconciler.Fragment, p *portPlan, a netip.Ad
 		eps = p.cat.Local
 	}
 	b.slots(f, addressFrontend, false, addressKey(a, p), eps)
-	return b.pick(f, addressFrontend, false, len(eps))
+	return b.stickyPick(f, addressFrontend, false, len(eps), p.sticky())
 }
 
 // sharedExternalChain adds the chains of the port's external frontends of kind k and returns
@@ -186,9 +209,9 @@ func (b *Builder) sharedInternal(f *reconciler.Fragment, p *portPlan, a netip.Ad
 // externalTrafficPolicy Cluster, the local-M-of-N choice under Local.
 func (b *Builder) sharedExternalChain(f *reconciler.Fragment, p *portPlan, k frontendKind) string {
 	if !p.sp.ExternalTrafficLocal {
-		return b.masqPick(f, k, len(p.cat.Cluster))
+		return b.masqPick(f, k, len(p.cat.Cluster), p.sticky())
 	}
-	return b.localOf(f, k, len(p.cat.Local), len(p.cat.Cluster))
+	return b.localOf(f, k, len(p.cat.Local), len(p.cat.Cluster), p.sticky())
 }
 
 // externalSlots puts the slots of an external frontend of kind k in place (front is its key):
@@ -197,5 +220,46 @@ func (b *Builder) externalSlots(f *reconciler.Fragment, p *portPlan, k frontendK
 	b.slots(f, k, false, front, p.cat.Cluster)
 	if p.sp.ExternalTrafficLocal {
 		b.slots(f, k, true, front, p.cat.Local)
+	}
+}
+
+// sticky adds what a shared-mode port with ClientIP affinity needs besides its slots (README.md,
+// "sessionAffinity ClientIP"): each frontend with endpoints in the sticky-frontend maps, jumping
+// to the chain that records its endpoint after DNAT, and that endpoint declared to the
+// reconciler (no rule names it, and the prune must know it).
+func (b *Builder) sticky(f *reconciler.Fragment, p *portPlan) {
+	rec := AffinityRecordChain(strings.ToLower(string(p.sp.Name.Protocol)), p.sp.AffinityTimeout)
+	addChain(f, rec, rule("", ctNew(), protoCmp(p.proto), nft.SetUpdate{
+		Fields: []nft.Field{nft.FieldSaddr, nft.FieldCtOrigDaddr, nft.FieldL4Proto, nft.FieldCtOrigProtoDst},
+		Set:    MapAffinity, Timeout: p.sp.AffinityTimeout,
+		DataFields: []nft.Field{nft.FieldCtReplySaddr, nft.FieldCtReplyProtoSrc}}))
+	v := &nft.Verdict{Kind: nft.VerdictJump, Chain: rec}
+	add := func(a netip.Addr) {
+		f.Elements = append(f.Elements, nft.Element{Set: MapStickyFrontends, Key: addressKey(a, p), Verdict: v, Comment: comment(p.name, "")})
+	}
+	if p.hasInternal() {
+		for _, a := range p.cips {
+			add(a)
+		}
+	}
+	if p.ext {
+		for _, as := range [][]netip.Addr{p.lbIPs, p.extIPs} {
+			for _, a := range as {
+				add(a)
+			}
+		}
+		if b.nodePorts(p.sp) {
+			f.Elements = append(f.Elements, nft.Element{Set: MapStickyNodePorts, Key: nodePortKey(p), Verdict: v, Comment: comment(p.name, "")})
+		}
+	}
+	seen := map[netip.AddrPort]bool{}
+	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
+		for _, ep := range eps {
+			k := netip.AddrPortFrom(ep.Addr, ep.Port)
+			if !seen[k] {
+				seen[k] = true
+				f.Recorded = append(f.Recorded, reconciler.Recorded{Set: MapAffinity, Data: []nft.Value{nft.Addr(ep.Addr), nft.Port(ep.Port)}})
+			}
+		}
 	}
 }

@@ -288,7 +288,7 @@ func TestTopologyRendered(t *testing.T) {
 
 // TestAffinityMapFull runs the daemon with --affinity-map-size 1: the first client is
 // remembered and sticks; the map then refuses every other client's entry, and the kernel stops
-// a rule whose update failed, so only the plain cascade after the recording one DNATs them:
+// a rule whose update failed: in ip tables that is the recording after DNAT, never the pick, so
 // every connection of theirs must still be answered, by any of the endpoints. Then an endpoint
 // is removed: the remembered client's entry goes with it if it pointed there (the prune), and
 // every client is still answered.
