@@ -44,6 +44,7 @@ var baseChains = []baseChain{
 	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, PriorityDNAT},
 	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, PriorityDNAT},
 	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, PrioritySNAT},
+	{ChainFilterPrerouting, nft.ChainTypeFilter, nft.HookPrerouting, PriorityBeforeDNAT},
 	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, PriorityBeforeDNAT},
 	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, PriorityBeforeDNAT},
 	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, PriorityBeforeDNAT},
@@ -117,18 +118,28 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		ChainNATPrerouting:  {rule("", jump(ChainServices))},
 		ChainNATOutput:      {rule("", jump(ChainServices))},
 		ChainNATPostrouting: {rule("", jump(ChainMasquerading))},
-		ChainFilterInput: {
+		// The endpoint checks of traffic arriving at the node run in prerouting, before any
+		// table's DNAT: after it, another proxy's stale translation would hide the Service
+		// address from them.
+		ChainFilterPrerouting: {
 			rule("", ctNew(), jump(ChainNodePortsCheck)),
 			rule("", ctNew(), jump(ChainEndpointsCheck)),
+		},
+		ChainFilterInput: {
 			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
 			rule("clear the masquerade mark on traffic delivered to the node", markSet(c.MasqueradeMark), nft.MarkXor{Bits: c.MasqueradeMark}),
 		},
 		ChainFilterForward: {
-			rule("", ctNew(), jump(ChainEndpointsCheck)),
 			rule("", ctNew(), jump(ChainClusterIPsCheck)),
 			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
 		},
-		ChainFilterOutput: {rule("", ctNew(), jump(ChainEndpointsCheck))},
+		// Traffic from the node to itself is refused here, never in filter-prerouting when it
+		// comes back over loopback: kernels without a 2025 fix warn on a reject in prerouting of a
+		// packet that already has a route.
+		ChainFilterOutput: {
+			rule("", ctNew(), jump(ChainNodePortsCheck)),
+			rule("", ctNew(), jump(ChainEndpointsCheck)),
+		},
 		ChainFilterOutputDNATd: {
 			rule("", ctNew(), jump(ChainClusterIPsCheck)),
 			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
