@@ -12,7 +12,7 @@ import (
 )
 
 // frozenProxy is a table playing kube-proxy's rules left in the kernel when it stopped
-// (deploy/MIGRATION.md, steps 2 to 5): NAT chains at nft's dstnat priority, written before
+// (deploy/MIGRATION.md, steps 4 to 5): NAT chains at nft's dstnat priority, written before
 // nftproxy starts (so registered first), translating each given Service address, TCP and UDP
 // port 80, to target: what kube-proxy knew when it stopped.
 func frozenProxy(target netip.Addr, services ...netip.Addr) string {
@@ -46,7 +46,7 @@ func (e *env) onlyPods(t *testing.T, from string, ns *netns.NS, network, addr st
 	}
 }
 
-// TestFrozenProxyOverlap is the migration's overlap (deploy/MIGRATION.md, steps 3 to 5):
+// TestFrozenProxyOverlap is the migration's overlap (deploy/MIGRATION.md, steps 2 to 5):
 // another proxy's rules, frozen, still translate two Services to pod-3, which the API no longer
 // lists for either. "changed" now has pods 1 and 2; "scaled" has no endpoint. With nftproxy's
 // rules next to them, from an outside client (forwarded), a pod and the node itself (output):
