@@ -125,3 +125,86 @@ func overlap(t *testing.T, mode string) {
 		t.Errorf("health-check node port after step 5: got %q, want 200", got)
 	}
 }
+
+// TestRollbackToKubeProxy follows deploy/MIGRATION.md's rollback on a real kube-proxy, both
+// modes: nftproxy serves, then stops (its rules stay), kube-proxy comes back, and nftproxy's
+// tables are removed. A Service keeps answering at every step; kube-proxy opens the
+// health-check node port at its start, since nothing holds it any more (the probes refused
+// between nftproxy's exit and kube-proxy's first answer are logged), and keeps it after the
+// cleanup.
+func TestRollbackToKubeProxy(t *testing.T) {
+	for _, mode := range []string{"nftables", "iptables"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "iptables" && !hasIPTables() {
+				t.Skip("needs the iptables binary (iptables-nft), as kube-proxy's iptables mode does")
+			}
+			rollback(t, mode)
+		})
+	}
+}
+
+func rollback(t *testing.T, mode string) {
+	e, objs := setupEnv(t, deployDir, nil, lab.Options{Pods: 2})
+	web := httpService("web", 53, 1, 2)
+	e.createService(web)
+	lb := httpService("lb-local", 54, 1)
+	lb.LoadBalancerIPs = []netip.Addr{lab.LoadBalancerIPv4(54)}
+	hcPort := e.createLocalLB(lb)
+	e.start(daemonArgs(t, objs, fixture.NodeName), true)
+	e.waitProgrammed(web)
+	e.waitUntil("nftproxy answering the health-check node port", func() (bool, string) {
+		got := e.healthCheck(hcPort)
+		return strings.Contains(got, " 200 "), got
+	})
+	served := func(phase string) {
+		t.Helper()
+		for i := 0; i < 10; i++ {
+			if r := lab.Dial(e.ctx, e.lab.Client(1).NS, "tcp", vip(web)); r.Outcome != lab.Replied {
+				t.Errorf("%s, %s mode: web: got %v, want a reply", phase, mode, r)
+			}
+		}
+	}
+
+	// 1. nftproxy stops; its rules stay and serve.
+	if err := e.daemon.Stop(); err != nil {
+		t.Errorf("nftproxy exit: %v", err)
+	}
+	e.daemon = nil
+	served("nftproxy stopped")
+
+	// 2. kube-proxy comes back and opens the health-check node port nobody holds.
+	kc := e.c.KubeconfigFor(t, e.lab.Node, e.c.Admin())
+	if _, err := e.lab.StartInNode(e.ctx, e.c.Binaries.KubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
+		"--hostname-override", fixture.NodeName, "--cluster-cidr", lab.PodCIDRv4+","+lab.PodCIDRv6,
+		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
+		"--conntrack-max-per-core=0", "--v=2"); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	tier.Until(t, e.ctx, waitBound, 20*time.Millisecond, "kube-proxy answering the health-check node port", func() (bool, string) {
+		got := e.healthCheck(hcPort)
+		ok := strings.Contains(got, " 200 ")
+		if !ok {
+			refused++
+		}
+		return ok, got
+	})
+	t.Logf("%s mode: health-check probes (every 20ms) not answered 200 from kube-proxy's start to its first answer: %d", mode, refused)
+	served("kube-proxy back")
+
+	// 3. nftproxy's tables removed as deploy/migrate's DaemonSet does.
+	args := cleanupArgs(t, "cleanup-nftproxy.yaml")
+	out, err := e.lab.Node.Command(append([]string{"setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nftproxy %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if rs := e.ruleset(); strings.Contains(rs, "table ip nftproxy") || strings.Contains(rs, "table ip6 nftproxy") {
+		t.Errorf("nftproxy's tables left after the cleanup:\n%s", rs)
+	}
+	served("nftproxy's tables removed")
+	for range 5 {
+		if got := e.healthCheck(hcPort); !strings.Contains(got, " 200 ") {
+			t.Errorf("%s mode: health-check node port after the cleanup: got %q, want kube-proxy's 200", mode, got)
+		}
+	}
+}
