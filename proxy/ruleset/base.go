@@ -157,9 +157,7 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		ChainNodePortsCheck: {
 			rule("node ports of Services without endpoints", daddrIn(SetNodePortIPs), vmap(MapNoEndpointNodePorts, protoPort())),
 		},
-		ChainClusterIPsCheck: {
-			rule("reject traffic to undefined ports of ClusterIPs", daddrIn(SetClusterIPs), goTo(ChainReject)),
-		},
+		ChainClusterIPsCheck: b.clusterIPsCheckRules(),
 		ChainReject: {
 			rule("", protoCmp(unix.IPPROTO_TCP), nft.Reject{TCPReset: true}),
 			rule("", nft.Reject{}),
@@ -198,6 +196,16 @@ func (b *Builder) servicesRules() []nft.Rule {
 		rule("all-ports Services", vmap(MapServiceAllPorts, addrProto())),
 		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
 	)
+	return rs
+}
+
+// clusterIPsCheckRules run after every table's DNAT (filter-forward, filter-output-post-dnat):
+// a packet still addressed to a ClusterIP matched none of its ports, and one still addressed
+// to an unallocated address of the service CIDR was translated by nobody. Deciding the drop
+// here, not in nftproxy's NAT chain (which runs first), leaves another proxy's Services to it
+// (kube-proxy's, side by side or during a migration).
+func (b *Builder) clusterIPsCheckRules() []nft.Rule {
+	rs := []nft.Rule{rule("reject traffic to undefined ports of ClusterIPs", daddrIn(SetClusterIPs), goTo(ChainReject))}
 	for _, p := range b.cfg.prefixesOfFamily(b.cfg.ServiceCIDRs) {
 		// An address the node itself holds is never dropped here, even inside the service
 		// CIDR: the node's addresses stay the node's (start-up refuses such a CIDR; an address
@@ -206,7 +214,7 @@ func (b *Builder) servicesRules() []nft.Rule {
 			nft.CmpPrefix{Field: nft.FieldDaddr, Prefix: p},
 			nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: SetClusterIPs, Neg: true},
 			nft.FibAddrType{Daddr: true, Neg: true},
-			nft.MarkOr{Bits: b.cfg.DropMark}))
+			nft.Verdict{Kind: nft.VerdictDrop}))
 	}
 	return rs
 }

@@ -51,7 +51,9 @@ func (e *env) onlyPods(t *testing.T, from string, ns *netns.NS, network, addr st
 // lists for either. "changed" now has pods 1 and 2; "scaled" has no endpoint. With nftproxy's
 // rules next to them, from an outside client (forwarded), a pod and the node itself (output):
 // "changed" reaches only pods 1 and 2 (nftproxy's DNAT runs first, whichever table registered
-// its hooks last), and "scaled" is refused at once (its reject runs before every NAT chain).
+// its hooks last), "scaled" is refused at once (its reject runs before every NAT chain), and a
+// Service only the other proxy has, in nftproxy's service CIDR, stays the other proxy's (not
+// dropped as an unallocated address).
 func TestFrozenProxyOverlap(t *testing.T) {
 	t.Parallel()
 	changed := fixture.Service{
@@ -67,14 +69,20 @@ func TestFrozenProxyOverlap(t *testing.T) {
 		Endpoints:  fixture.Pods(),
 	}
 	e := newEnv(t, lab.Options{Pods: 4, Ports: []lab.PortSpec{lab.Port(8080)}}, changed, scaled)
-	for _, fam := range []struct{ target, changed, scaled netip.Addr }{
-		{lab.PodIPv4(3), lab.ClusterIPv4(40), lab.ClusterIPv4(41)},
-		{lab.PodIPv6(3), lab.ClusterIPv6(40), lab.ClusterIPv6(41)},
-	} {
-		if err := e.lab.NftApply(frozenProxy(fam.target, fam.changed, fam.scaled)); err != nil {
-			t.Fatalf("the frozen proxy's table: %v", err)
+	// theirs (ClusterIP 42) is a Service only the other proxy has: nftproxy must leave it to it.
+	writeFrozen := func() {
+		t.Helper()
+		for _, fam := range []struct{ target, changed, scaled, theirs netip.Addr }{
+			{lab.PodIPv4(3), lab.ClusterIPv4(40), lab.ClusterIPv4(41), lab.ClusterIPv4(42)},
+			{lab.PodIPv6(3), lab.ClusterIPv6(40), lab.ClusterIPv6(41), lab.ClusterIPv6(42)},
+		} {
+			if err := e.lab.NftApply(frozenProxy(fam.target, fam.changed, fam.scaled, fam.theirs)); err != nil {
+				t.Fatalf("the frozen proxy's table: %v", err)
+			}
 		}
 	}
+	theirs := []netip.Addr{lab.ClusterIPv4(42), lab.ClusterIPv6(42)}
+	writeFrozen()
 	type source struct {
 		name string
 		ns   *netns.NS
@@ -91,6 +99,11 @@ func TestFrozenProxyOverlap(t *testing.T) {
 		t.FailNow()
 	}
 	e.start(changed, scaled)
+	// The other proxy's own Service, in nftproxy's service CIDR, is translated by it, not
+	// dropped as an unallocated address (nftproxy's tables registered last here).
+	for _, ip := range theirs {
+		e.onlyPods(t, "client-1, nftproxy registered last", e.lab.Client(1).NS, "tcp", hostPort(ip, 80), 3, podNames(3))
+	}
 	// Written again after nftproxy's tables: hooks of equal priority run in an order that
 	// depends on when each was registered (a restarted kube-proxy re-creates its table).
 	for _, fam := range []string{"ip", "ip6"} {
@@ -98,14 +111,7 @@ func TestFrozenProxyOverlap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, fam := range []struct{ target, changed, scaled netip.Addr }{
-		{lab.PodIPv4(3), lab.ClusterIPv4(40), lab.ClusterIPv4(41)},
-		{lab.PodIPv6(3), lab.ClusterIPv6(40), lab.ClusterIPv6(41)},
-	} {
-		if err := e.lab.NftApply(frozenProxy(fam.target, fam.changed, fam.scaled)); err != nil {
-			t.Fatalf("the frozen proxy's table: %v", err)
-		}
-	}
+	writeFrozen()
 	frozen := func() string {
 		var out string
 		for _, fam := range []string{"ip", "ip6"} {
@@ -123,6 +129,9 @@ func TestFrozenProxyOverlap(t *testing.T) {
 			for _, network := range []string{"tcp", "udp"} {
 				for _, ip := range []netip.Addr{lab.ClusterIPv4(40), lab.ClusterIPv6(40)} {
 					e.onlyPods(t, src.name, src.ns, network, hostPort(ip, 80), n, podNames(1, 2))
+				}
+				for _, ip := range theirs {
+					e.onlyPods(t, src.name+", the other proxy's Service", src.ns, network, hostPort(ip, 80), 3, podNames(3))
 				}
 				for _, ip := range []netip.Addr{lab.ClusterIPv4(41), lab.ClusterIPv6(41)} {
 					for i := 0; i < 5; i++ {
