@@ -41,6 +41,8 @@ func overlap(t *testing.T, mode string) {
 	lb := httpService("lb-local", 52, 1)
 	lb.LoadBalancerIPs = []netip.Addr{lab.LoadBalancerIPv4(52)}
 	hcPort := e.createLocalLB(lb)
+	steady := steadyService(55)
+	e.createService(steady)
 
 	kc := e.c.KubeconfigFor(t, e.lab.Node, e.c.Admin())
 	kp, err := e.lab.StartInNode(e.ctx, e.c.Binaries.KubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
@@ -54,12 +56,16 @@ func overlap(t *testing.T, mode string) {
 		got := e.healthCheck(hcPort)
 		return strings.Contains(got, " 200 "), got
 	})
-	e.waitUntil("kube-proxy serving changed", func() (bool, string) {
-		r := lab.Dial(e.ctx, e.lab.Client(1).NS, "tcp", vip(changed))
-		return r.Outcome == lab.Replied, r.String()
-	})
+	for _, s := range []fixture.Service{changed, steady} {
+		e.waitUntil("kube-proxy serving "+s.Name, func() (bool, string) {
+			r := lab.Dial(e.ctx, e.lab.Client(1).NS, "tcp", vip(s))
+			return r.Outcome == lab.Replied, r.String()
+		})
+	}
+	tr := startTraffic(t, e, steady, hcPort, "1. kube-proxy alone")
 
 	// Step 2: nftproxy beside the running kube-proxy.
+	tr.setPhase("2. nftproxy starting beside kube-proxy")
 	e.start(daemonArgs(t, objs, fixture.NodeName), true)
 	for _, s := range []fixture.Service{changed, scaled, lb} {
 		e.waitProgrammed(s)
@@ -71,6 +77,7 @@ func overlap(t *testing.T, mode string) {
 	}
 
 	// Step 4: kube-proxy stops; nftproxy takes its health-check node port over by itself.
+	tr.setPhase("4. kube-proxy stopped, its rules frozen")
 	if err := kp.Stop(); err != nil {
 		t.Logf("kube-proxy exit: %v", err)
 	}
@@ -86,6 +93,7 @@ func overlap(t *testing.T, mode string) {
 	t.Logf("%s mode: health-check probes (every 20ms) not answered 200 in the handover: %d", mode, refused)
 
 	// Services change while kube-proxy's rules are frozen.
+	tr.setPhase("4. Services changed, kube-proxy's rules frozen")
 	e.setEndpoints(changed, 3)
 	e.setEndpoints(scaled)
 	check := func(phase string) {
@@ -115,6 +123,7 @@ func overlap(t *testing.T, mode string) {
 	check("kube-proxy's rules frozen")
 
 	// Step 5: kube-proxy's rules removed as deploy/migrate's DaemonSet does.
+	tr.setPhase("5. kube-proxy's rules removed")
 	args := cleanupArgs(t, "cleanup-kube-proxy.yaml")
 	out, err := e.lab.Node.Command(append([]string{"setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary}, args...)...).CombinedOutput()
 	if err != nil {
@@ -124,6 +133,7 @@ func overlap(t *testing.T, mode string) {
 	if got := e.healthCheck(hcPort); !strings.Contains(got, " 200 ") {
 		t.Errorf("health-check node port after step 5: got %q, want 200", got)
 	}
+	tr.finish(t, mode+" mode, migration")
 }
 
 // TestRollbackToKubeProxy follows deploy/MIGRATION.md's rollback on a real kube-proxy, both
@@ -150,8 +160,11 @@ func rollback(t *testing.T, mode string) {
 	lb := httpService("lb-local", 54, 1)
 	lb.LoadBalancerIPs = []netip.Addr{lab.LoadBalancerIPv4(54)}
 	hcPort := e.createLocalLB(lb)
+	steady := steadyService(55)
+	e.createService(steady)
 	e.start(daemonArgs(t, objs, fixture.NodeName), true)
 	e.waitProgrammed(web)
+	e.waitProgrammed(steady)
 	e.waitUntil("nftproxy answering the health-check node port", func() (bool, string) {
 		got := e.healthCheck(hcPort)
 		return strings.Contains(got, " 200 "), got
@@ -165,7 +178,10 @@ func rollback(t *testing.T, mode string) {
 		}
 	}
 
+	tr := startTraffic(t, e, steady, hcPort, "0. nftproxy alone")
+
 	// 1. nftproxy stops; its rules stay and serve.
+	tr.setPhase("1. nftproxy stopped, its rules frozen")
 	if err := e.daemon.Stop(); err != nil {
 		t.Errorf("nftproxy exit: %v", err)
 	}
@@ -174,6 +190,7 @@ func rollback(t *testing.T, mode string) {
 
 	// 2. kube-proxy comes back and opens the health-check node port nobody holds.
 	kc := e.c.KubeconfigFor(t, e.lab.Node, e.c.Admin())
+	tr.setPhase("2. kube-proxy starting")
 	if _, err := e.lab.StartInNode(e.ctx, e.c.Binaries.KubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
 		"--hostname-override", fixture.NodeName, "--cluster-cidr", lab.PodCIDRv4+","+lab.PodCIDRv6,
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
@@ -193,6 +210,7 @@ func rollback(t *testing.T, mode string) {
 	served("kube-proxy back")
 
 	// 3. nftproxy's tables removed as deploy/migrate's DaemonSet does.
+	tr.setPhase("3. nftproxy's tables removed")
 	args := cleanupArgs(t, "cleanup-nftproxy.yaml")
 	out, err := e.lab.Node.Command(append([]string{"setpriv", "--bounding-set=-all,+net_admin", "--no-new-privs", "--", daemonBinary}, args...)...).CombinedOutput()
 	if err != nil {
@@ -207,4 +225,5 @@ func rollback(t *testing.T, mode string) {
 			t.Errorf("%s mode: health-check node port after the cleanup: got %q, want kube-proxy's 200", mode, got)
 		}
 	}
+	tr.finish(t, mode+" mode, rollback")
 }
