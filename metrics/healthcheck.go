@@ -27,7 +27,7 @@ var _ health.CheckObserver = (*HealthCheck)(nil)
 func NewHealthCheck(reg prometheus.Registerer) (*HealthCheck, error) {
 	m := &HealthCheck{
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: HealthCheckListenFailures,
-			Help: "Attempts to open a Service's health-check node port that failed (port held by another process); retried at every sync."}),
+			Help: "Attempts to open a Service's health-check node port that failed (port held by another process); retried every second and at every sync."}),
 		ports: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: HealthCheckNodePorts,
 			Help: "Health-check node ports of externalTrafficPolicy=Local Services after the last update, by state (serving or failed)."}, []string{"state"}),
 	}

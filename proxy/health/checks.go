@@ -62,6 +62,10 @@ type CheckConfig struct {
 	// unreachable control plane must not drain every node at once) nor the node's deletion (a
 	// draining node's local endpoints go away by themselves). Nil: always healthy.
 	Healthy func() bool
+	// RetryInterval is how often Run tries again to open the ports that could not be opened
+	// (held by another process: kube-proxy's listener during a migration, until it exits).
+	// Zero: DefaultRetryInterval.
+	RetryInterval time.Duration
 	// Observer, when set, receives bind failures and listener counts.
 	Observer CheckObserver
 	Log      logr.Logger
@@ -87,6 +91,10 @@ type service struct {
 	done    sync.WaitGroup
 }
 
+// DefaultRetryInterval is CheckConfig.RetryInterval's default: a port another process held is
+// served within a second of its release.
+const DefaultRetryInterval = time.Second
+
 // NewCheckServer returns a CheckServer with no ports open.
 func NewCheckServer(cfg CheckConfig) *CheckServer {
 	return &CheckServer{cfg: cfg, services: map[model.ServiceKey]*service{}}
@@ -103,10 +111,34 @@ func (s *CheckServer) AfterCommit(_ context.Context, c *proxier.Commit) error {
 // Update makes the served Services exactly svcs: it opens the ports of new Services, moves
 // changed ports, closes the ports of Services that are gone, and sets every local endpoint count.
 // A port that cannot be opened is reported (the returned error, the log, the Observer) and
-// retried on the next Update; the other Services are served regardless.
+// retried on the next Update or Retry; the other Services are served regardless.
 func (s *CheckServer) Update(svcs map[model.ServiceKey]Check) error {
 	s.update.Lock()
 	defer s.update.Unlock()
+	return s.apply(svcs)
+}
+
+// Retry tries again to open the ports that could not be opened, without waiting for the next
+// Update: a port held by another process is served as soon as that process lets it go.
+// It does nothing when every port is open.
+func (s *CheckServer) Retry() error {
+	s.update.Lock()
+	defer s.update.Unlock()
+	s.mu.Lock()
+	svcs, pending := make(map[model.ServiceKey]Check, len(s.services)), false
+	for k, svc := range s.services {
+		svcs[k] = Check{Port: svc.port, LocalEndpoints: svc.count}
+		pending = pending || svc.servers == nil
+	}
+	s.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	return s.apply(svcs)
+}
+
+// apply is Update with s.update held.
+func (s *CheckServer) apply(svcs map[model.ServiceKey]Check) error {
 	s.mu.Lock()
 	var closing []*service
 	for k, svc := range s.services {
@@ -140,7 +172,7 @@ func (s *CheckServer) Update(svcs map[model.ServiceKey]Check) error {
 			s.services[k] = svc
 		}
 		svc.count = in.LocalEndpoints
-		retry := svc.servers == nil
+		retry, failedBefore := svc.servers == nil, svc.failed != nil
 		s.mu.Unlock()
 		if retry {
 			if err := s.listen(svc); err != nil {
@@ -148,10 +180,17 @@ func (s *CheckServer) Update(svcs map[model.ServiceKey]Check) error {
 				if s.cfg.Observer != nil {
 					s.cfg.Observer.ListenFailed(in.Port, err)
 				}
-				s.cfg.Log.Error(err, "cannot serve health-check node port; load balancers will see this node as down for the Service",
-					"service", k.String(), "port", in.Port)
+				// Logged once per outage: Retry tries every second while another process
+				// holds the port (the Observer counts every attempt).
+				if !failedBefore {
+					s.cfg.Log.Error(err, "cannot serve health-check node port, retrying every "+s.retryInterval().String()+"; meanwhile whoever holds it answers, or load balancers see this node as down for the Service",
+						"service", k.String(), "port", in.Port)
+				}
 				failed++
 				continue
+			}
+			if failedBefore {
+				s.cfg.Log.Info("serving health-check node port after it was freed", "service", k.String(), "port", in.Port)
 			}
 		}
 		serving++
@@ -279,10 +318,26 @@ func (s *CheckServer) Close() error {
 	return s.Update(nil)
 }
 
-// Run closes every port when ctx ends, for use as one of the daemon's goroutines.
+func (s *CheckServer) retryInterval() time.Duration {
+	if s.cfg.RetryInterval <= 0 {
+		return DefaultRetryInterval
+	}
+	return s.cfg.RetryInterval
+}
+
+// Run retries the ports that could not be opened every RetryInterval (see Retry) and closes
+// every port when ctx ends, for use as one of the daemon's goroutines.
 func (s *CheckServer) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return s.Close()
+	tick := time.NewTicker(s.retryInterval())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return s.Close()
+		case <-tick.C:
+			_ = s.Retry() // reported by the Observer and the log, as Update's
+		}
+	}
 }
 
 type checkHandler struct {

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,5 +296,72 @@ func TestBindsOnlyNodePortAddresses(t *testing.T) {
 	t.Cleanup(func() { _ = none.Close() })
 	if err := none.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil || !strings.Contains(err.Error(), "--nodeport-addresses") {
 		t.Errorf("no address in the CIDRs: Update error %v, want one naming --nodeport-addresses", err)
+	}
+}
+
+// TestRetryTakesOverFreedPort is a migration's handover: another process (kube-proxy) holds a
+// Service's health-check node port and answers it; nftproxy cannot open it, and without any
+// further Update (no sync needs to happen) Run opens it once the other process lets it go.
+// Until then the other process answers, never nftproxy's 503 nor a refusal.
+func TestRetryTakesOverFreedPort(t *testing.T) {
+	ports := freePorts(t, 1)
+	other, err := net.Listen("tcp", fmt.Sprintf("%s:%d", loopback, ports[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Load-Balancing-Endpoint-Weight", "7")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"service":{"namespace":"ns","name":"web"},"localEndpoints":7,"serviceProxyHealthy":true}`)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = otherSrv.Serve(other) }()
+	defer otherSrv.Close()
+
+	var healthy atomic.Bool
+	healthy.Store(true)
+	obs := &recorder{}
+	s := NewCheckServer(CheckConfig{Addresses: []netip.Addr{netip.MustParseAddr(loopback)}, Healthy: healthy.Load,
+		RetryInterval: 10 * time.Millisecond, Observer: obs, Log: logr.Discard()})
+	if err := s.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil {
+		t.Fatal("Update while another process holds the port: got no error")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if got := get(ports[0], "/"); !refused(got) {
+			t.Errorf("after Run ended: got %+v, want the port closed", got)
+		}
+	}()
+
+	for range 5 {
+		if got := get(ports[0], "/"); got.err != nil || got.code != 200 || got.weight != "7" {
+			t.Fatalf("while the other process holds the port: got %+v, want its answer (200, weight 7)", got)
+		}
+	}
+	otherSrv.Close()
+	var got reply
+	refusedProbes := 0
+	for i := 0; i < 500; i++ { // 500 probes 10 ms apart: far more than the 10 ms retry
+		if got = get(ports[0], "/"); got.err == nil {
+			break
+		}
+		if refused(got) {
+			refusedProbes++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w := want(200, web, 1, true); !reflect.DeepEqual(got, w) {
+		t.Fatalf("after the other process let the port go: got %+v, want %+v", got, w)
+	}
+	t.Logf("probes refused in the handover: %d (retry every 10ms)", refusedProbes)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.serving != 1 || obs.broken != 0 {
+		t.Errorf("observer after the retry: serving %d broken %d, want 1 0", obs.serving, obs.broken)
 	}
 }

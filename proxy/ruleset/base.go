@@ -44,6 +44,7 @@ var baseChains = []baseChain{
 	{ChainNATPrerouting, nft.ChainTypeNAT, nft.HookPrerouting, PriorityDNAT},
 	{ChainNATOutput, nft.ChainTypeNAT, nft.HookOutput, PriorityDNAT},
 	{ChainNATPostrouting, nft.ChainTypeNAT, nft.HookPostrouting, PrioritySNAT},
+	{ChainFilterPrerouting, nft.ChainTypeFilter, nft.HookPrerouting, PriorityBeforeDNAT},
 	{ChainFilterInput, nft.ChainTypeFilter, nft.HookInput, PriorityBeforeDNAT},
 	{ChainFilterForward, nft.ChainTypeFilter, nft.HookForward, PriorityBeforeDNAT},
 	{ChainFilterOutput, nft.ChainTypeFilter, nft.HookOutput, PriorityBeforeDNAT},
@@ -119,18 +120,28 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		ChainNATPrerouting:  {rule("", jump(ChainServices))},
 		ChainNATOutput:      {rule("", jump(ChainServices))},
 		ChainNATPostrouting: {rule("", jump(ChainMasquerading))},
-		ChainFilterInput: {
+		// The endpoint checks of traffic arriving at the node run in prerouting, before any
+		// table's DNAT: after it, another proxy's stale translation would hide the Service
+		// address from them.
+		ChainFilterPrerouting: {
 			rule("", ctNew(), jump(ChainNodePortsCheck)),
 			rule("", ctNew(), jump(ChainEndpointsCheck)),
+		},
+		ChainFilterInput: {
 			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
 			rule("clear the masquerade mark on traffic delivered to the node", markSet(c.MasqueradeMark), nft.MarkXor{Bits: c.MasqueradeMark}),
 		},
 		ChainFilterForward: {
-			rule("", ctNew(), jump(ChainEndpointsCheck)),
 			rule("", ctNew(), jump(ChainClusterIPsCheck)),
 			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
 		},
-		ChainFilterOutput: {rule("", ctNew(), jump(ChainEndpointsCheck))},
+		// Traffic from the node to itself is refused here, never in filter-prerouting when it
+		// comes back over loopback: kernels without a 2025 fix warn on a reject in prerouting of a
+		// packet that already has a route.
+		ChainFilterOutput: {
+			rule("", ctNew(), jump(ChainNodePortsCheck)),
+			rule("", ctNew(), jump(ChainEndpointsCheck)),
+		},
 		ChainFilterOutputDNATd: {
 			rule("", ctNew(), jump(ChainClusterIPsCheck)),
 			rule("drop what nftproxy marked to drop", markSet(c.DropMark), nft.Verdict{Kind: nft.VerdictDrop}),
@@ -148,9 +159,7 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		ChainNodePortsCheck: {
 			rule("node ports of Services without endpoints", daddrIn(SetNodePortIPs), vmap(MapNoEndpointNodePorts, protoPort())),
 		},
-		ChainClusterIPsCheck: {
-			rule("reject traffic to undefined ports of ClusterIPs", daddrIn(SetClusterIPs), goTo(ChainReject)),
-		},
+		ChainClusterIPsCheck: b.clusterIPsCheckRules(),
 		ChainReject: {
 			rule("", protoCmp(unix.IPPROTO_TCP), nft.Reject{TCPReset: true}),
 			rule("", nft.Reject{}),
@@ -219,6 +228,16 @@ func (b *Builder) servicesRules() []nft.Rule {
 		rule("all-ports Services", vmap(MapServiceAllPorts, addrProto())),
 		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
 	)
+	return rs
+}
+
+// clusterIPsCheckRules run after every table's DNAT (filter-forward, filter-output-post-dnat):
+// a packet still addressed to a ClusterIP matched none of its ports, and one still addressed
+// to an unallocated address of the service CIDR was translated by nobody. Deciding the drop
+// here, not in nftproxy's NAT chain (which runs first), leaves another proxy's Services to it
+// (kube-proxy's, side by side or during a migration).
+func (b *Builder) clusterIPsCheckRules() []nft.Rule {
+	rs := []nft.Rule{rule("reject traffic to undefined ports of ClusterIPs", daddrIn(SetClusterIPs), goTo(ChainReject))}
 	for _, p := range b.cfg.prefixesOfFamily(b.cfg.ServiceCIDRs) {
 		// An address the node itself holds is never dropped here, even inside the service
 		// CIDR: the node's addresses stay the node's (start-up refuses such a CIDR; an address
@@ -227,7 +246,7 @@ func (b *Builder) servicesRules() []nft.Rule {
 			nft.CmpPrefix{Field: nft.FieldDaddr, Prefix: p},
 			nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: SetClusterIPs, Neg: true},
 			nft.FibAddrType{Daddr: true, Neg: true},
-			nft.MarkOr{Bits: b.cfg.DropMark}))
+			nft.Verdict{Kind: nft.VerdictDrop}))
 	}
 	return rs
 }

@@ -27,25 +27,32 @@ const (
 	ChainNATPrerouting     = "nat-prerouting"
 	ChainNATOutput         = "nat-output"
 	ChainNATPostrouting    = "nat-postrouting"
+	ChainFilterPrerouting  = "filter-prerouting"
 	ChainFilterInput       = "filter-input"
 	ChainFilterForward     = "filter-forward"
 	ChainFilterOutput      = "filter-output"
 	ChainFilterOutputDNATd = "filter-output-post-dnat"
 )
 
-// Base chain priorities (README.md, "Hooks and priorities"). NAT sits at nft's standard dstnat
-// and srcnat priorities; the endpoint checks run just before DNAT (in output they must still see
-// the Service address), and the ClusterIP check just after it (a packet still addressed to a
-// ClusterIP there matched no defined port). Conntrack runs at -200, so every hook sees ct state.
+// Base chain priorities (README.md, "Hooks and priorities"). Conntrack runs at -200, so every
+// hook sees ct state. The endpoint checks run before any NAT chain of any table (kube-proxy's
+// nftables table and iptables-nft's nat chains sit at nft's dstnat, -100): a Service without
+// endpoints is refused even while another proxy's rules, frozen, would still translate it. The
+// ClusterIP check runs after DNAT (a packet still addressed to a ClusterIP there matched no
+// defined port).
 const (
-	// PriorityDNAT is nft's dstnat: nat-prerouting and nat-output.
-	PriorityDNAT int32 = -100
+	// PriorityDNAT is nat-prerouting's and nat-output's: one before nft's dstnat (-100), so
+	// that nftproxy translates a Service another proxy also translates (kube-proxy's rules
+	// during a migration): the first NAT chain to translate a connection is the only one that
+	// does, and nftproxy's endpoints are the current ones.
+	PriorityDNAT int32 = -101
 	// PrioritySNAT is nft's srcnat: nat-postrouting.
 	PrioritySNAT int32 = 100
-	// PriorityBeforeDNAT is the endpoint checks' (filter-input, -forward, -output): before DNAT.
-	PriorityBeforeDNAT = PriorityDNAT - 10
-	// PriorityAfterDNAT is the ClusterIP check's (filter-output-post-dnat): after DNAT.
-	PriorityAfterDNAT = PriorityDNAT + 10
+	// PriorityBeforeDNAT is the endpoint checks' (filter-prerouting, -input, -forward,
+	// -output): dstnat - 10, before every NAT chain.
+	PriorityBeforeDNAT int32 = -110
+	// PriorityAfterDNAT is the ClusterIP check's (filter-output-post-dnat): dstnat + 10.
+	PriorityAfterDNAT int32 = -90
 )
 
 // Regular chains shared by all Services.

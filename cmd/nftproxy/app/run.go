@@ -176,6 +176,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	// --nodeport-addresses only, as kube-proxy's.
 	hc := health.NewCheckServer(health.CheckConfig{NodeName: o.NodeName, Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
 	defer hc.Close()
+	// Ports another process holds (kube-proxy, until it exits in a migration) are opened as
+	// soon as it lets them go, whether or not a sync happens.
+	go func() { _ = hc.Run(ctx) }()
 	p.AddHook("health-check node ports", hc)
 	dm, err := metrics.NewDrift(reg)
 	if err != nil {
