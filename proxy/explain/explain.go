@@ -206,7 +206,7 @@ func (a *Answer) read(rs *nft.Ruleset) {
 			} else {
 				a.Reasons = append(a.Reasons, fmt.Sprintf("%s has no endpoints: rejected [%s]", s.Element.Comment, s.Map))
 			}
-		case s.Chain == ruleset.ChainClusterIPsCheck:
+		case s.Chain == ruleset.ChainClusterIPsCheck && !has(s.Did, "drop"):
 			a.Reasons = append(a.Reasons, fmt.Sprintf("%s is a ClusterIP, but no Service has port %s/%d on it: rejected [%s]",
 				a.Packet.Daddr, trace.ProtoName(a.Packet.Proto), a.Packet.Dport, s.Chain))
 		case has(s.Did, "policy drop"):

@@ -142,7 +142,8 @@ func TestExplain(t *testing.T) {
 	t.Run("an unallocated Service address: dropped, with the rule; the rejections listed", func(t *testing.T) {
 		ans := tcp(n, pod, "198.19.0.99", 80)
 		out := text(n, ans)
-		if ans.Outcome.Verdict != trace.Drop || !strings.Contains(out, "unallocated Service addresses") || !strings.Contains(out, "default/bad (AnnotationSyntax)") {
+		if ans.Outcome.Verdict != trace.Drop || !strings.Contains(out, "unallocated Service addresses") || !strings.Contains(out, "default/bad (AnnotationSyntax)") ||
+			strings.Contains(out, "no Service has port") {
 			t.Fatalf("got %+v\n%s", ans, out)
 		}
 	})
