@@ -133,6 +133,7 @@ type common struct {
 	healthCheckNodePort            uint16
 	affinity                       time.Duration
 	preferClose                    bool
+	preferSameNode                 bool
 	// families are the address families whose endpoints are used.
 	families map[discoveryv1.AddressType]bool
 	// nodePorts: whether the Service type has node ports at all.
@@ -193,7 +194,10 @@ func commonFields(key ServiceKey, svc *corev1.Service) (*common, *Rejection) {
 		}
 	}
 	if td := svc.Spec.TrafficDistribution; td != nil {
-		c.preferClose = *td == corev1.ServiceTrafficDistributionPreferClose ||
+		// The EndpointSlice controller writes zone hints for all three and node hints for
+		// PreferSameNode.
+		c.preferSameNode = *td == corev1.ServiceTrafficDistributionPreferSameNode
+		c.preferClose = c.preferSameNode || *td == corev1.ServiceTrafficDistributionPreferClose ||
 			*td == corev1.ServiceTrafficDistributionPreferSameZone
 	}
 	c.families = endpointFamilies(c.clusterIPs, svc.Spec.IPFamilies)
@@ -269,6 +273,7 @@ func (c *common) newPort(name PortName) ServicePort {
 		HealthCheckNodePort:      c.healthCheckNodePort,
 		AffinityTimeout:          c.affinity,
 		PreferClose:              c.preferClose,
+		PreferSameNode:           c.preferSameNode,
 	}
 }
 

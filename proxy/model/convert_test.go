@@ -181,11 +181,29 @@ func TestFromServiceCommonFields(t *testing.T) {
 		{"healthCheck", p.HealthCheckNodePort, uint16(32000)},
 		{"affinity", p.AffinityTimeout, DefaultAffinityTimeout},
 		{"preferClose", p.PreferClose, true},
+		{"preferSameNode", p.PreferSameNode, false},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
 			if !reflect.DeepEqual(c.got, c.want) {
 				t.Fatalf("%s = %v; want %v", c.name, c.got, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		td                          string
+		preferClose, preferSameNode bool
+	}{
+		{corev1.ServiceTrafficDistributionPreferSameZone, true, false},
+		{corev1.ServiceTrafficDistributionPreferSameNode, true, true},
+		{"SomethingNew", false, false},
+	} {
+		t.Run("trafficDistribution "+c.td, func(t *testing.T) {
+			s := svc.DeepCopy()
+			s.Spec.TrafficDistribution = ptr(c.td)
+			p := FromService(s, nil).Service.Ports[0]
+			if p.PreferClose != c.preferClose || p.PreferSameNode != c.preferSameNode {
+				t.Fatalf("PreferClose %v PreferSameNode %v; want %v %v", p.PreferClose, p.PreferSameNode, c.preferClose, c.preferSameNode)
 			}
 		})
 	}

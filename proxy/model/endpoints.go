@@ -235,6 +235,13 @@ func parseEndpoint(e *discoveryv1.Endpoint, family discoveryv1.AddressType) (End
 		}
 		t.Hints = strings.Join(zs, ",")
 	}
+	if e.Hints != nil && len(e.Hints.ForNodes) > 0 {
+		ns := make([]string, len(e.Hints.ForNodes))
+		for i, n := range e.Hints.ForNodes {
+			ns[i] = n.Name
+		}
+		t.NodeHints = strings.Join(ns, ",")
+	}
 	return ep.in(t), true
 }
 

@@ -60,6 +60,19 @@ func TestParseEndpointSlice(t *testing.T) {
 			}
 		})
 	}
+	t.Run("zone and node hints", func(t *testing.T) {
+		s := sliceFixture("a-1", "a", v4, http, epFixture{addr: "10.244.0.1", node: "n1", zone: "z1"})
+		s.Endpoints[0].Hints.ForZones = append(s.Endpoints[0].Hints.ForZones, discoveryv1.ForZone{Name: "z2"})
+		s.Endpoints[0].Hints.ForNodes = []discoveryv1.ForNode{{Name: "n1"}, {Name: "n2"}}
+		ep := ParseEndpointSlice(s).Endpoints[0]
+		if !slices.Equal(ep.ZoneHints(), []string{"z1", "z2"}) || !slices.Equal(ep.NodeHints(), []string{"n1", "n2"}) {
+			t.Fatalf("hints: zones %q nodes %q; want [z1 z2] and [n1 n2]", ep.ZoneHints(), ep.NodeHints())
+		}
+		s.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: "n1"}}}
+		if ep := ParseEndpointSlice(s).Endpoints[0]; ep.ZoneHints() != nil || !slices.Equal(ep.NodeHints(), []string{"n1"}) {
+			t.Fatalf("node hints only: zones %q nodes %q; want none and [n1]", ep.ZoneHints(), ep.NodeHints())
+		}
+	})
 	t.Run("trigger time", func(t *testing.T) {
 		s := sliceFixture("a-1", "a", v4, http)
 		s.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:01.5Z"}
@@ -175,6 +188,13 @@ func TestEndpointTopology(t *testing.T) {
 	}
 	if a.where != b.where {
 		t.Error("two endpoints in one place do not share their topology")
+	}
+	if h := a.ForNodes("node-a", "node-b"); h.NodeName() != "node-a" || h.Zone() != "z1" ||
+		!slices.Equal(h.ZoneHints(), []string{"z1", "z2"}) || !slices.Equal(h.NodeHints(), []string{"node-a", "node-b"}) {
+		t.Errorf("ForNodes(node-a, node-b) reads back %+v", h.Where())
+	}
+	if a.NodeHints() != nil {
+		t.Errorf("an endpoint without node hints reads back %q", a.NodeHints())
 	}
 	var none Endpoint
 	if none.NodeName() != "" || none.Zone() != "" || none.ZoneHints() != nil || none.At("", "") != none {

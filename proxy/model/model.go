@@ -72,17 +72,28 @@ type Endpoint struct {
 	where unique.Handle[Topology]
 }
 
-// Topology is where an endpoint runs, as its EndpointSlice says: its node, its zone, and the
-// zones its topology hints send it to (forZones, comma-separated: zone names hold no comma).
+// Topology is where an endpoint runs, as its EndpointSlice says: its node, its zone, the zones
+// its topology hints send it to (forZones) and the nodes they send it to (forNodes). Hints are
+// comma-separated (zone and node names hold no comma) so that the struct stays comparable and
+// interned as one: an endpoint holds one handle whatever its hints.
 type Topology struct {
-	NodeName string
-	Zone     string
-	Hints    string
+	NodeName  string
+	Zone      string
+	Hints     string
+	NodeHints string
 }
 
 // At returns e placed on node, in zone, with the given zone hints.
 func (e Endpoint) At(node, zone string, hints ...string) Endpoint {
 	return e.in(Topology{NodeName: node, Zone: zone, Hints: strings.Join(hints, ",")})
+}
+
+// ForNodes returns e with the given node hints (hints.forNodes), its node, zone and zone hints
+// kept.
+func (e Endpoint) ForNodes(nodes ...string) Endpoint {
+	t := e.Where()
+	t.NodeHints = strings.Join(nodes, ",")
+	return e.in(t)
 }
 
 func (e Endpoint) in(t Topology) Endpoint {
@@ -111,6 +122,14 @@ func (e *Endpoint) Zone() string { return e.Where().Zone }
 // ZoneHints are the zones the endpoint's topology hints name (forZones); nil without hints.
 func (e *Endpoint) ZoneHints() []string {
 	if h := e.Where().Hints; h != "" {
+		return strings.Split(h, ",")
+	}
+	return nil
+}
+
+// NodeHints are the nodes the endpoint's topology hints name (forNodes); nil without hints.
+func (e *Endpoint) NodeHints() []string {
+	if h := e.Where().NodeHints; h != "" {
 		return strings.Split(h, ",")
 	}
 	return nil
@@ -145,8 +164,12 @@ type ServicePort struct {
 	HealthCheckNodePort  uint16
 	// AffinityTimeout is the ClientIP session affinity timeout; 0 means no affinity.
 	AffinityTimeout time.Duration
-	// PreferClose: trafficDistribution PreferClose (same-zone endpoints first).
+	// PreferClose: trafficDistribution PreferClose, PreferSameZone or PreferSameNode
+	// (same-zone endpoints first).
 	PreferClose bool
+	// PreferSameNode: trafficDistribution PreferSameNode (this node's endpoints first, then
+	// same-zone ones). PreferClose is set with it.
+	PreferSameNode bool
 
 	Endpoints []Endpoint
 }

@@ -42,13 +42,18 @@ type EndpointCategories struct {
 //   - ready endpoints first; only when none is ready (for Cluster: anywhere; for Local: on this
 //     node), the serving terminating ones; terminating endpoints never get new connections
 //     otherwise;
-//   - topology: when every ready endpoint has zone hints and one of them is for this zone, Cluster
-//     keeps the endpoints hinted for this zone; otherwise (a hint missing, none for this zone, a
-//     node without a zone) all ready endpoints.
+//   - topology narrows Cluster only, never Local, and falls back mode by mode: when every ready
+//     endpoint has node hints and one of them is for this node, the endpoints hinted for this
+//     node; else, when every ready endpoint has zone hints and one of them is for this zone, the
+//     endpoints hinted for this zone; else (a hint missing, none for this node or zone, a node
+//     without a zone) all ready endpoints.
 //
-// trafficDistribution PreferClose stands in for the EndpointSlice controller that would have
-// written the hints: an endpoint without hints is taken as hinted for its own zone, so where
-// hints were not written (manifest mode), same-zone endpoints are still preferred.
+// trafficDistribution stands in for the EndpointSlice controller that would have written the
+// hints: under PreferClose (and PreferSameZone, PreferSameNode) an endpoint without zone hints
+// is taken as hinted for its own zone, and under PreferSameNode one without node hints as
+// hinted for its own node, which is what that controller writes. So where hints were not
+// written (manifest mode) close endpoints are still preferred; an endpoint that names no node
+// (or zone) still counts as unhinted and turns the mode off.
 func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) EndpointCategories {
 	var c EndpointCategories
 	if len(eps) == 0 {
@@ -56,7 +61,7 @@ func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) 
 	}
 	servingTerminating := func(ep *Endpoint) bool { return ep.Serving && ep.Terminating }
 	if p.UsesClusterEndpoints() {
-		hinted := topologyHinted(p, eps, zone)
+		hinted := topologyHinted(p, eps, nodeName, zone)
 		c.Cluster = filterEndpoints(eps, func(ep *Endpoint) bool {
 			return ep.Ready && (hinted == nil || hinted(ep))
 		})
@@ -90,31 +95,50 @@ func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) 
 	return c
 }
 
-// topologyHinted returns the filter of same-zone endpoints when topology applies, else nil.
-func topologyHinted(p *ServicePort, eps []Endpoint, zone string) func(*Endpoint) bool {
-	hints := func(ep *Endpoint) []string {
+// topologyHinted returns the filter of the endpoints topology keeps (see CategorizeEndpoints),
+// or nil when topology does not apply.
+func topologyHinted(p *ServicePort, eps []Endpoint, nodeName, zone string) func(*Endpoint) bool {
+	zoneHints := func(ep *Endpoint) []string {
 		if hs := ep.ZoneHints(); len(hs) > 0 || !p.PreferClose || ep.Zone() == "" {
 			return hs
 		}
 		return []string{ep.Zone()}
 	}
-	anyReady, forZone := false, false
+	nodeHints := func(ep *Endpoint) []string {
+		if hs := ep.NodeHints(); len(hs) > 0 || !p.PreferSameNode || ep.NodeName() == "" {
+			return hs
+		}
+		return []string{ep.NodeName()}
+	}
+	anyReady := false
+	allNode, forNode := true, false
+	allZone, forZone := true, false
 	for i := range eps {
 		ep := &eps[i]
 		if !ep.Ready {
 			continue
 		}
 		anyReady = true
-		h := hints(ep)
-		if len(h) == 0 {
-			return nil // every ready endpoint needs hints
+		if h := nodeHints(ep); len(h) == 0 {
+			allNode = false
+		} else {
+			forNode = forNode || (nodeName != "" && slices.Contains(h, nodeName))
 		}
-		forZone = forZone || (zone != "" && slices.Contains(h, zone))
+		if h := zoneHints(ep); len(h) == 0 {
+			allZone = false
+		} else {
+			forZone = forZone || (zone != "" && slices.Contains(h, zone))
+		}
 	}
-	if !anyReady || !forZone {
+	switch {
+	case !anyReady:
 		return nil
+	case allNode && forNode:
+		return func(ep *Endpoint) bool { return slices.Contains(nodeHints(ep), nodeName) }
+	case allZone && forZone:
+		return func(ep *Endpoint) bool { return slices.Contains(zoneHints(ep), zone) }
 	}
-	return func(ep *Endpoint) bool { return slices.Contains(hints(ep), zone) }
+	return nil
 }
 
 // filterEndpoints returns the endpoints of eps that keep accepts. When it accepts them all (the
