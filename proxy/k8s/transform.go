@@ -191,7 +191,8 @@ func (*cacheMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 
 // slimEndpoint keeps what the model reads of an endpoint (model.parseEndpoint): the first
 // address (upstream proxies use only that one), the three conditions, the node name, the zone
-// and the zones of the hints; targetRef, hostname, deprecatedTopology and node hints go. Called
+// and the hints (forZones, and forNodes for trafficDistribution PreferSameNode), their names
+// interned like node names and zones; targetRef, hostname and deprecatedTopology go. Called
 // with sl.mu held.
 func (sl *slimmer) slimEndpoint(e *discoveryv1.Endpoint) {
 	e.TargetRef, e.Hostname, e.DeprecatedTopology = nil, nil, nil
@@ -201,13 +202,23 @@ func (sl *slimmer) slimEndpoint(e *discoveryv1.Endpoint) {
 	c := &e.Conditions
 	c.Ready, c.Serving, c.Terminating = sl.condition(c.Ready), sl.condition(c.Serving), sl.condition(c.Terminating)
 	e.NodeName, e.Zone = sl.intern(e.NodeName), sl.intern(e.Zone)
-	if e.Hints != nil {
-		if len(e.Hints.ForZones) == 0 {
+	if h := e.Hints; h != nil {
+		if len(h.ForZones) == 0 && len(h.ForNodes) == 0 {
 			e.Hints = nil
-		} else {
-			e.Hints.ForNodes = nil
+			return
+		}
+		for i := range h.ForZones {
+			h.ForZones[i].Name = sl.internValue(h.ForZones[i].Name)
+		}
+		for i := range h.ForNodes {
+			h.ForNodes[i].Name = sl.internValue(h.ForNodes[i].Name)
 		}
 	}
+}
+
+// internValue returns the shared copy of s. Called with sl.mu held.
+func (sl *slimmer) internValue(s string) string {
+	return *sl.intern(&s)
 }
 
 // condition returns the shared pointer of p's value (nil stays nil: unknown).

@@ -158,6 +158,9 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 			t.Errorf("%s: slim is not idempotent on the slice", svc.Name)
 		}
 		checkPackedEndpoints(t, svc.Name, slimSlice.(*discoveryv1.EndpointSlice).Endpoints)
+		if g, w := model.ParseEndpointSlice(slimSlice.(*discoveryv1.EndpointSlice)).Endpoints, model.ParseEndpointSlice(sl).Endpoints; !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: the model reads the slimmed slice as %+v, the slice as sent as %+v", svc.Name, g, w)
+		}
 	}
 
 	n := heavyNode()
@@ -185,7 +188,8 @@ func TestSlimKeepsWhatTheModelReads(t *testing.T) {
 }
 
 // checkPackedEndpoints: the endpoints of a slimmed slice keep one address, no targetRef, hostname,
-// topology or node hints, share their condition and node-name pointers and fill their array.
+// topology, share their condition and node-name pointers and fill their array; their hints
+// (zones and nodes) are kept, their names shared.
 func checkPackedEndpoints(t *testing.T, name string, eps []discoveryv1.Endpoint) {
 	t.Helper()
 	if cap(eps) != len(eps) {
@@ -193,11 +197,16 @@ func checkPackedEndpoints(t *testing.T, name string, eps []discoveryv1.Endpoint)
 	}
 	for i := range eps {
 		e, first := &eps[i], &eps[0]
-		if len(e.Addresses) != 1 || e.TargetRef != nil || e.Hostname != nil || e.DeprecatedTopology != nil || (e.Hints != nil && e.Hints.ForNodes != nil) {
+		if len(e.Addresses) != 1 || e.TargetRef != nil || e.Hostname != nil || e.DeprecatedTopology != nil {
 			t.Errorf("%s: endpoint %d keeps what the model does not read: %+v", name, i, e)
 		}
 		if e.NodeName != first.NodeName || e.Zone != first.Zone {
 			t.Errorf("%s: endpoint %d: node name and zone not shared with endpoint 0", name, i)
+		}
+		if e.Hints == nil || len(e.Hints.ForNodes) != 1 || e.Hints.ForNodes[0].Name != *e.NodeName {
+			t.Errorf("%s: endpoint %d: node hints %+v, want the one for %s kept", name, i, e.Hints, *e.NodeName)
+		} else if unsafe.StringData(e.Hints.ForNodes[0].Name) != unsafe.StringData(*first.NodeName) {
+			t.Errorf("%s: endpoint %d: node hint's name not shared with the node name", name, i)
 		}
 		if e.Conditions.Ready != first.Conditions.Ready && e.Conditions.Ready != first.Conditions.Terminating {
 			t.Errorf("%s: endpoint %d: ready condition not one of the shared pointers", name, i)
