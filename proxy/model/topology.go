@@ -50,10 +50,11 @@ type EndpointCategories struct {
 //
 // trafficDistribution stands in for the EndpointSlice controller that would have written the
 // hints: under PreferClose (and PreferSameZone, PreferSameNode) an endpoint without zone hints
-// is taken as hinted for its own zone, and under PreferSameNode one without node hints as
-// hinted for its own node, which is what that controller writes. So where hints were not
-// written (manifest mode) close endpoints are still preferred; an endpoint that names no node
-// (or zone) still counts as unhinted and turns the mode off.
+// is taken as hinted for its own zone; under PreferSameNode, when no ready endpoint has node
+// hints, each is taken as hinted for its own node, which is what that controller writes. So
+// where hints were not written (manifest mode) close endpoints are still preferred, while node
+// hints that are written are read exactly as upstream reads them (one missing: no node mode).
+// An endpoint that names no node (or zone) counts as unhinted and turns the mode off.
 func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) EndpointCategories {
 	var c EndpointCategories
 	if len(eps) == 0 {
@@ -104,8 +105,13 @@ func topologyHinted(p *ServicePort, eps []Endpoint, nodeName, zone string) func(
 		}
 		return []string{ep.Zone()}
 	}
+	// Node hints stand in only when no ready endpoint has any: a slice the controller is still
+	// writing (one endpoint hinted, another not) turns the node mode off, as upstream.
+	nodeStandIn := p.PreferSameNode && !slices.ContainsFunc(eps, func(ep Endpoint) bool {
+		return ep.Ready && ep.Where().NodeHints != ""
+	})
 	nodeHints := func(ep *Endpoint) []string {
-		if hs := ep.NodeHints(); len(hs) > 0 || !p.PreferSameNode || ep.NodeName() == "" {
+		if hs := ep.NodeHints(); len(hs) > 0 || !nodeStandIn || ep.NodeName() == "" {
 			return hs
 		}
 		return []string{ep.NodeName()}
