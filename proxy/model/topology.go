@@ -135,6 +135,9 @@ func topologyHinted(p *ServicePort, eps []Endpoint, nodeName, zone string) func(
 		} else {
 			forZone = forZone || (zone != "" && slices.Contains(h, zone))
 		}
+		if !allNode && !allZone {
+			return nil // the usual case, no hints: decided at the first ready endpoint
+		}
 	}
 	switch {
 	case !anyReady:
