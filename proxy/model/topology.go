@@ -99,23 +99,11 @@ func CategorizeEndpoints(p *ServicePort, eps []Endpoint, nodeName, zone string) 
 // topologyHinted returns the filter of the endpoints topology keeps (see CategorizeEndpoints),
 // or nil when topology does not apply.
 func topologyHinted(p *ServicePort, eps []Endpoint, nodeName, zone string) func(*Endpoint) bool {
-	zoneHints := func(ep *Endpoint) []string {
-		if hs := ep.ZoneHints(); len(hs) > 0 || !p.PreferClose || ep.Zone() == "" {
-			return hs
-		}
-		return []string{ep.Zone()}
-	}
 	// Node hints stand in only when no ready endpoint has any: a slice the controller is still
 	// writing (one endpoint hinted, another not) turns the node mode off, as upstream.
-	nodeStandIn := p.PreferSameNode && !slices.ContainsFunc(eps, func(ep Endpoint) bool {
+	r := hintReader{preferClose: p.PreferClose, nodeStandIn: p.PreferSameNode && !slices.ContainsFunc(eps, func(ep Endpoint) bool {
 		return ep.Ready && ep.Where().NodeHints != ""
-	})
-	nodeHints := func(ep *Endpoint) []string {
-		if hs := ep.NodeHints(); len(hs) > 0 || !nodeStandIn || ep.NodeName() == "" {
-			return hs
-		}
-		return []string{ep.NodeName()}
-	}
+	})}
 	anyReady := false
 	allNode, forNode := true, false
 	allZone, forZone := true, false
@@ -125,12 +113,12 @@ func topologyHinted(p *ServicePort, eps []Endpoint, nodeName, zone string) func(
 			continue
 		}
 		anyReady = true
-		if h := nodeHints(ep); len(h) == 0 {
+		if h := r.nodes(ep); len(h) == 0 {
 			allNode = false
 		} else {
 			forNode = forNode || (nodeName != "" && slices.Contains(h, nodeName))
 		}
-		if h := zoneHints(ep); len(h) == 0 {
+		if h := r.zones(ep); len(h) == 0 {
 			allZone = false
 		} else {
 			forZone = forZone || (zone != "" && slices.Contains(h, zone))
@@ -143,11 +131,32 @@ func topologyHinted(p *ServicePort, eps []Endpoint, nodeName, zone string) func(
 	case !anyReady:
 		return nil
 	case allNode && forNode:
-		return func(ep *Endpoint) bool { return slices.Contains(nodeHints(ep), nodeName) }
+		return func(ep *Endpoint) bool { return slices.Contains(r.nodes(ep), nodeName) }
 	case allZone && forZone:
-		return func(ep *Endpoint) bool { return slices.Contains(zoneHints(ep), zone) }
+		return func(ep *Endpoint) bool { return slices.Contains(r.zones(ep), zone) }
 	}
 	return nil
+}
+
+// hintReader reads an endpoint's hints, standing in for the ones the EndpointSlice controller
+// would have written (see CategorizeEndpoints). A value, not closures: categorizing runs for
+// every port of every sync, and closures that escape cost an allocation each.
+type hintReader struct {
+	preferClose, nodeStandIn bool
+}
+
+func (r hintReader) zones(ep *Endpoint) []string {
+	if hs := ep.ZoneHints(); len(hs) > 0 || !r.preferClose || ep.Zone() == "" {
+		return hs
+	}
+	return []string{ep.Zone()}
+}
+
+func (r hintReader) nodes(ep *Endpoint) []string {
+	if hs := ep.NodeHints(); len(hs) > 0 || !r.nodeStandIn || ep.NodeName() == "" {
+		return hs
+	}
+	return []string{ep.NodeName()}
 }
 
 // filterEndpoints returns the endpoints of eps that keep accepts. When it accepts them all (the
