@@ -233,37 +233,62 @@ func TestWatcherRetriesUnreadableFiles(t *testing.T) {
 
 // A file written in place (truncated, then written in pieces with pauses longer than the
 // debounce, as `cp` of a large file or a script's `>` and `>>` do) is loaded once, whole: no
-// load sees it empty or with only its first documents.
+// load sees it empty or with only its first documents. The Watcher runs on a fake clock: each
+// pause is the clock moved on once the Watcher took the write in, so the debounce fires between
+// the pieces however slow the machine is.
 func TestWatchWaitsForFilesWrittenInPlace(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"svc.yaml": svcYAML("a") + "---\n" + svcYAML("b")})
-	// A settle interval far above the writer's pauses, so a slow machine does not stretch a
-	// pause past it; the writer's pauses are above the debounce, which alone would reload.
-	r := startWatcherWith(t, dir, func(w *Watcher) { w.Settle, w.MaxSettle = 3*time.Second, time.Minute })
+	clk := newFakeClock()
+	r := startWatcherWith(t, dir, func(w *Watcher) { w.Settle, w.MaxSettle, w.clock = 3*time.Second, time.Minute, clk })
 	old := []string{"svc.yaml: Service default/a", "svc.yaml: Service default/b"}
 	if got := r.nextLoad(t, "start"); !reflect.DeepEqual(got, old) {
 		t.Fatalf("first load %v; want %v", got, old)
 	}
+	clk.drainArmed()
 	f, err := os.OpenFile(filepath.Join(dir, "svc.yaml"), os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pause := 3 * DebounceInterval
-	time.Sleep(pause)
+	clk.waitArmed(t, "the truncation")
+	clk.Advance(pause)
 	for _, chunk := range []string{svcYAML("a"), "---\n", svcYAML("c")[:30], svcYAML("c")[30:]} {
+		clk.drainArmed()
 		if _, err := f.WriteString(chunk); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(pause)
+		clk.waitArmed(t, "a write")
+		clk.Advance(pause)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	final := []string{"svc.yaml: Service default/a", "svc.yaml: Service default/c"}
-	seen := r.waitLoad(t, "the rewrite", final)
+	seen := r.waitLoadAdvancing(t, clk, "the rewrite", final)
 	if len(seen) != 1 {
 		t.Errorf("loads during the rewrite %v; want only the finished file %v", seen, final)
 	}
+}
+
+// waitLoadAdvancing is waitLoad on a Watcher with a fake clock: the clock is moved on a
+// debounce interval whenever no load came for a moment, so every timer of the Watcher fires.
+func (r *watchRecorder) waitLoadAdvancing(t *testing.T, clk *fakeClock, what string, want []string) [][]string {
+	t.Helper()
+	var seen [][]string
+	for i := 0; i < 2000; i++ {
+		select {
+		case l := <-r.loads:
+			seen = append(seen, l)
+			if reflect.DeepEqual(l, want) {
+				return seen
+			}
+		case <-time.After(10 * time.Millisecond):
+			clk.Advance(DebounceInterval)
+		}
+	}
+	t.Fatalf("no load of %v after %s; loads seen: %v", want, what, seen)
+	return nil
 }
 
 // A ConfigMap volume as the kubelet writes it: each key a symlink through "..data" into a

@@ -10,9 +10,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
 // DebounceInterval is how long Watch waits after the last file event before reloading, so an
@@ -75,6 +72,10 @@ type Watcher struct {
 	OnFailure func(err error)
 	// Settle and MaxSettle replace SettleInterval and MaxSettleWait when set.
 	Settle, MaxSettle time.Duration
+	// clock is what Run reads the time from and waits on (nil: the real one); tests drive a
+	// fake one. The file cache's settling of file times (fileCache) stays on the real clock:
+	// it compares with the times the file system stamps.
+	clock clock
 
 	failingSince atomic.Int64 // unix nanoseconds; 0 while the source is healthy
 }
@@ -104,207 +105,279 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("watch manifest directory %s: %w", w.Dir, err)
 	}
 	defer fw.Close()
-	dir := filepath.Clean(w.Dir)
-	watching := false
-	var failing error
-	poll := time.NewTimer(PollInterval)
-	poll.Stop()
-	defer poll.Stop()
-	cache := newFileCache() // what the last load got from each file
+	r := newWatchRun(w, fw)
+	defer r.stop()
 	if g := (lastGood{dir: w.Loader.LastGoodDir}); g.enabled() {
-		cache.copier = newCopier(g, w.Loader.Log)
+		r.cache.copier = newCopier(g, w.Loader.Log)
 		cctx, stop := context.WithCancel(context.Background())
 		copied := make(chan struct{})
-		go func() { cache.copier.run(cctx); close(copied) }()
+		go func() { r.cache.copier.run(cctx); close(copied) }()
 		defer func() { stop(); <-copied }() // the copies of the last loads are written
 	}
-	var lastCost time.Duration // what the last reload took, load and OnLoad
+	r.reload(0)
+	return r.loop(ctx)
+}
+
+// watchRun is the state of one Watcher.Run, owned by Run's goroutine.
+type watchRun struct {
+	w     *Watcher
+	clock clock
+	fw    *fsnotify.Watcher
+	dir   string
+	cache *fileCache // what the last load got from each file
+
+	watching bool  // the inotify watch on dir is set up
+	failing  error // the directory error of the last load, nil once it could be read
+	// unhealthy is what OnFailure was told last (a directory or file failure).
+	unhealthy bool
+	// poll looks for the directory again while it cannot be read or watched, and retries the
+	// unreadable files; timer is the debounce, and the settling of files written in place.
+	poll, timer timer
+	lastCost    time.Duration // what the last reload took, load and OnLoad
+	burstStart  time.Time     // first event not yet reloaded; zero when none waits
 	// changed holds the files named by events since the last reload; full is set when a
 	// reload must list the directory again (see fileCache): at the start, after the directory
 	// itself changed or could not be read, after a watch error (an inotify queue overflow loses
 	// names), on a ConfigMap's "..data" swap (its files are symlinks that do not change
 	// themselves), and while polling.
-	changed := map[string]bool{}
-	full := true
-	timer := time.NewTimer(DebounceInterval) // the debounce, and the settling of files written in place
-	timer.Stop()
-	defer timer.Stop()
+	changed map[string]bool
+	full    bool
 	// writes holds the files written in place since they were last loaded (see SettleInterval).
-	writes := map[string]writeStreak{}
+	writes map[string]writeStreak
 	// retry names the files that could not be read at the last load, read again at each poll.
-	var retry []string
-	unhealthy := false
-	health := func(err error) {
-		switch {
-		case err != nil && !unhealthy:
-			unhealthy = true
-			w.failingSince.Store(time.Now().UnixNano())
-			if w.OnFailure != nil {
-				w.OnFailure(err)
-			}
-		case err == nil && unhealthy:
-			unhealthy = false
-			w.failingSince.Store(0)
-			if w.OnFailure != nil {
-				w.OnFailure(nil)
-			}
-		}
+	retry []string
+}
+
+func newWatchRun(w *Watcher, fw *fsnotify.Watcher) *watchRun {
+	c := w.clock
+	if c == nil {
+		c = realClock{}
 	}
-	// reload loads the directory; waited is how long its first change waited for it (the
-	// debounce and the reload cap), logged with what the reload itself took. Files still being
-	// written are left as they are and reloaded once settled, by timer.
-	reload := func(waited time.Duration) {
-		start := time.Now()
-		defer func() { lastCost = time.Since(start) }()
-		hold, settleWait := w.settling(writes, start)
-		cache.hold = hold
-		for name := range hold {
-			delete(changed, name)
-		}
-		defer func() {
-			cache.hold = nil
-			for name := range hold {
-				changed[name] = true
-			}
-			if len(hold) > 0 {
-				timer.Reset(settleWait)
-			}
-		}()
-		if !full && watching && failing == nil && len(changed) == 0 {
-			return // only files still being written
-		}
-		if !watching { // before loading, so an edit made meanwhile is not missed
-			if err := fw.Add(dir); err == nil {
-				watching = true
-			}
-		}
-		var objs Objects
-		var errs []FileError
-		kind := "named files"
-		if full || !watching || failing != nil {
-			kind = "full"
-			objs, errs = w.Loader.load(dir, cache)
-		} else {
-			objs, errs = w.Loader.loadChanged(dir, cache, changed)
-		}
-		full, changed = DirectoryError(errs) != nil, map[string]bool{}
-		if derr := DirectoryError(errs); derr != nil {
-			if watching {
-				_ = fw.Remove(dir)
-				watching = false
-			}
-			if failing == nil {
-				w.Log.Error(derr, "Manifest directory cannot be read; the Services loaded last stay as they are until it is back", "dir", dir, "retryEvery", PollInterval)
-			}
-			health(derr)
-			failing = derr
-			poll.Reset(PollInterval)
-			return
-		}
-		if !watching {
-			w.Log.Info("Manifest directory can be read but not watched; looking for changes by polling", "dir", dir, "every", PollInterval)
-			poll.Reset(PollInterval)
-		}
-		if failing != nil {
-			failing = nil
-			w.Log.Info("Manifest directory is back; reloading it", "dir", dir)
-		}
-		bad := BadFiles(errs)
-		retry = retry[:0]
-		for _, e := range bad {
-			if e.Unreadable {
-				retry = append(retry, e.File)
-			}
-		}
-		if len(retry) > 0 {
-			poll.Reset(PollInterval)
-		}
-		if len(bad) > 0 {
-			health(badFilesError(bad))
-		} else {
-			health(nil)
-		}
-		w.Log.V(1).Info("Loaded manifests", "dir", dir, "reload", kind, "decodedFiles", cache.decoded, "services", len(objs.Services), "refused", len(objs.Refused),
-			"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs), "waited", waited, "took", time.Since(start))
-		w.OnLoad(objs, errs)
-	}
-	reload(0)
-	var burstStart time.Time // first event not yet reloaded; zero when none waits
-	arm := func() {
-		now := time.Now()
-		if burstStart.IsZero() {
-			burstStart = now
-		}
-		wait := DebounceInterval
-		if left := reloadCap(lastCost) - now.Sub(burstStart); left < wait {
-			wait = max(left, 0)
-		}
-		timer.Reset(wait)
-	}
+	r := &watchRun{w: w, clock: c, fw: fw, dir: filepath.Clean(w.Dir), cache: newFileCache(),
+		changed: map[string]bool{}, full: true, writes: map[string]writeStreak{}}
+	r.poll = c.NewTimer(PollInterval)
+	r.poll.Stop()
+	r.timer = c.NewTimer(DebounceInterval)
+	r.timer.Stop()
+	return r
+}
+
+// stop stops the timers.
+func (r *watchRun) stop() {
+	r.timer.Stop()
+	r.poll.Stop()
+}
+
+// loop handles events and timers until ctx is cancelled or the watch ends.
+func (r *watchRun) loop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-fw.Events:
+		case ev, ok := <-r.fw.Events:
 			if !ok {
-				return fmt.Errorf("watch manifest directory %s: event channel closed", dir)
+				return fmt.Errorf("watch manifest directory %s: event channel closed", r.dir)
 			}
-			if ev.Op == fsnotify.Chmod {
-				continue
+			if r.event(ev) {
+				r.arm()
 			}
-			name := filepath.Clean(ev.Name)
-			base := filepath.Base(name)
-			switch {
-			case name == dir:
-				full = true
-				if ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
-					// The directory itself was moved or deleted: the watch follows the old
-					// inode, so drop it; the reload sets one up on whatever is at the path then.
-					_ = fw.Remove(dir)
-					watching = false
-				}
-			case filepath.Dir(name) != dir || strings.HasPrefix(base, ".."):
-				full = true // a ConfigMap's ..data swap, or a name this watch cannot place
-			case isManifestName(base):
-				changed[base] = true
-				if ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
-					delete(writes, base) // a new file (renamed in, or to be written) or none
-				}
-				if ev.Op&fsnotify.Write != 0 {
-					ws := writes[base]
-					if ws.first.IsZero() {
-						ws.first = time.Now()
-					}
-					ws.last = time.Now()
-					writes[base] = ws
-				}
-			default:
-				continue // not a manifest file (an editor's or a writer's temporary file)
-			}
-			arm()
-		case err, ok := <-fw.Errors:
+		case err, ok := <-r.fw.Errors:
 			if !ok {
-				return fmt.Errorf("watch manifest directory %s: error channel closed", dir)
+				return fmt.Errorf("watch manifest directory %s: error channel closed", r.dir)
 			}
-			w.Log.Error(err, "Manifest directory watch error; reloading the whole directory", "dir", dir)
-			full = true
-			arm()
-		case <-timer.C:
+			r.w.Log.Error(err, "Manifest directory watch error; reloading the whole directory", "dir", r.dir)
+			r.full = true
+			r.arm()
+		case <-r.timer.C():
 			var waited time.Duration // zero when only files settling waited
-			if !burstStart.IsZero() {
-				waited = time.Since(burstStart)
+			if !r.burstStart.IsZero() {
+				waited = r.clock.Now().Sub(r.burstStart)
 			}
-			burstStart = time.Time{}
-			reload(waited)
-		case <-poll.C:
-			if failing != nil || !watching {
-				full = true
+			r.burstStart = time.Time{}
+			r.reload(waited)
+		case <-r.poll.C():
+			if r.failing != nil || !r.watching {
+				r.full = true
 			}
-			for _, name := range retry {
-				changed[name] = true
+			for _, name := range r.retry {
+				r.changed[name] = true
 			}
-			reload(0)
+			r.reload(0)
 		}
+	}
+}
+
+// event records what ev changed and reports whether it calls for a reload (a bare chmod and a
+// file that is not a manifest do not).
+func (r *watchRun) event(ev fsnotify.Event) bool {
+	if ev.Op == fsnotify.Chmod {
+		return false
+	}
+	name := filepath.Clean(ev.Name)
+	base := filepath.Base(name)
+	switch {
+	case name == r.dir:
+		r.full = true
+		if ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+			// The directory itself was moved or deleted: the watch follows the old
+			// inode, so drop it; the reload sets one up on whatever is at the path then.
+			_ = r.fw.Remove(r.dir)
+			r.watching = false
+		}
+	case filepath.Dir(name) != r.dir || strings.HasPrefix(base, ".."):
+		r.full = true // a ConfigMap's ..data swap, or a name this watch cannot place
+	case isManifestName(base):
+		r.changed[base] = true
+		if ev.Op&(fsnotify.Create|fsnotify.Remove|fsnotify.Rename) != 0 {
+			delete(r.writes, base) // a new file (renamed in, or to be written) or none
+		}
+		if ev.Op&fsnotify.Write != 0 {
+			ws := r.writes[base]
+			if ws.first.IsZero() {
+				ws.first = r.clock.Now()
+			}
+			ws.last = r.clock.Now()
+			r.writes[base] = ws
+		}
+	default:
+		return false // not a manifest file (an editor's or a writer's temporary file)
+	}
+	return true
+}
+
+// arm (re)starts the debounce for an event: DebounceInterval after it, or sooner when the
+// burst it belongs to has waited for its reload cap.
+func (r *watchRun) arm() {
+	now := r.clock.Now()
+	if r.burstStart.IsZero() {
+		r.burstStart = now
+	}
+	wait := DebounceInterval
+	if left := reloadCap(r.lastCost) - now.Sub(r.burstStart); left < wait {
+		wait = max(left, 0)
+	}
+	r.timer.Reset(wait)
+}
+
+// health tells OnFailure when the source becomes unhealthy (err) or healthy again (nil), once
+// per change.
+func (r *watchRun) health(err error) {
+	w := r.w
+	switch {
+	case err != nil && !r.unhealthy:
+		r.unhealthy = true
+		w.failingSince.Store(r.clock.Now().UnixNano())
+		if w.OnFailure != nil {
+			w.OnFailure(err)
+		}
+	case err == nil && r.unhealthy:
+		r.unhealthy = false
+		w.failingSince.Store(0)
+		if w.OnFailure != nil {
+			w.OnFailure(nil)
+		}
+	}
+}
+
+// reload loads the directory; waited is how long its first change waited for it (the
+// debounce and the reload cap), logged with what the reload itself took. Files still being
+// written are left as they are and reloaded once settled, by timer.
+func (r *watchRun) reload(waited time.Duration) {
+	start := r.clock.Now()
+	defer func() { r.lastCost = r.clock.Now().Sub(start) }()
+	hold, settleWait := r.w.settling(r.writes, start)
+	r.cache.hold = hold
+	for name := range hold {
+		delete(r.changed, name)
+	}
+	defer func() {
+		r.cache.hold = nil
+		for name := range hold {
+			r.changed[name] = true
+		}
+		if len(hold) > 0 {
+			r.timer.Reset(settleWait)
+		}
+	}()
+	if !r.full && r.watching && r.failing == nil && len(r.changed) == 0 {
+		return // only files still being written
+	}
+	if !r.watching { // before loading, so an edit made meanwhile is not missed
+		if err := r.fw.Add(r.dir); err == nil {
+			r.watching = true
+		}
+	}
+	kind, objs, errs := r.load()
+	if r.dirFailed(errs) {
+		return
+	}
+	r.fileFailures(errs)
+	r.w.Log.V(1).Info("Loaded manifests", "dir", r.dir, "reload", kind, "decodedFiles", r.cache.decoded, "services", len(objs.Services), "refused", len(objs.Refused),
+		"endpointSlices", len(objs.EndpointSlices), "nodes", len(objs.Nodes), "errors", len(errs), "waited", waited, "took", r.clock.Now().Sub(start))
+	r.w.OnLoad(objs, errs)
+}
+
+// load loads the whole directory, or only the files named since the last load when the
+// directory is watched and nothing calls for a full load; it reports which it did.
+func (r *watchRun) load() (string, Objects, []FileError) {
+	var objs Objects
+	var errs []FileError
+	kind := "named files"
+	if r.full || !r.watching || r.failing != nil {
+		kind = "full"
+		objs, errs = r.w.Loader.load(r.dir, r.cache)
+	} else {
+		objs, errs = r.w.Loader.loadChanged(r.dir, r.cache, r.changed)
+	}
+	r.full, r.changed = DirectoryError(errs) != nil, map[string]bool{}
+	return kind, objs, errs
+}
+
+// dirFailed handles the directory's state after a load: while it cannot be read (reported
+// true) the watch is dropped, the failure logged once and the directory polled for; when it
+// can, it is polled for changes if it cannot be watched, and its return is logged.
+func (r *watchRun) dirFailed(errs []FileError) bool {
+	if derr := DirectoryError(errs); derr != nil {
+		if r.watching {
+			_ = r.fw.Remove(r.dir)
+			r.watching = false
+		}
+		if r.failing == nil {
+			r.w.Log.Error(derr, "Manifest directory cannot be read; the Services loaded last stay as they are until it is back", "dir", r.dir, "retryEvery", PollInterval)
+		}
+		r.health(derr)
+		r.failing = derr
+		r.poll.Reset(PollInterval)
+		return true
+	}
+	if !r.watching {
+		r.w.Log.Info("Manifest directory can be read but not watched; looking for changes by polling", "dir", r.dir, "every", PollInterval)
+		r.poll.Reset(PollInterval)
+	}
+	if r.failing != nil {
+		r.failing = nil
+		r.w.Log.Info("Manifest directory is back; reloading it", "dir", r.dir)
+	}
+	return false
+}
+
+// fileFailures reports the files of a load that cannot be used (health) and schedules the
+// unreadable ones to be read again at the next poll.
+func (r *watchRun) fileFailures(errs []FileError) {
+	bad := BadFiles(errs)
+	r.retry = r.retry[:0]
+	for _, e := range bad {
+		if e.Unreadable {
+			r.retry = append(r.retry, e.File)
+		}
+	}
+	if len(r.retry) > 0 {
+		r.poll.Reset(PollInterval)
+	}
+	if len(bad) > 0 {
+		r.health(badFilesError(bad))
+	} else {
+		r.health(nil)
 	}
 }
 
@@ -350,136 +423,4 @@ func badFilesError(bad []FileError) error {
 		return bad[0]
 	}
 	return fmt.Errorf("%d manifest files cannot be used, the first: %w", len(bad), bad[0])
-}
-
-// Feeder applies successive loads to a Tracker as a diff: every loaded object is upserted (the
-// Tracker ignores unchanged ones) and objects that disappeared are deleted. An object whose file
-// failed to load is kept as last fed, so saving a half-edited file does not take its Services
-// down; deleting the file does. A Feeder is not safe for concurrent use; Watch's serial callback
-// is the intended caller.
-type Feeder struct {
-	tracker *model.Tracker
-	// Each kind's objects fed, by namespace and name, with the file each was fed from and the
-	// object itself: a reload hands out the very same objects for files that did not change
-	// (the Watcher's cache; Services unless the node-port assigner gave them new ports), which
-	// need not be compared with themselves again (at 10,000 Services comparing them took 130 ms
-	// of every reload). A map per kind, keyed without the kind, takes a third less than one
-	// keyed by Ref (2.6 MB at 10,000 Services and their slices).
-	services fedSet[*corev1.Service]
-	slices   fedSet[*model.EndpointSlice]
-	nodes    fedSet[*corev1.Node]
-	keepNode string // see KeepNode
-}
-
-// objectName is a namespace and name (an empty namespace for Nodes).
-type objectName struct{ namespace, name string }
-
-// fedSet holds the objects of one kind fed.
-type fedSet[T comparable] map[objectName]fedObject[T]
-
-// fedObject is what the Feeder fed for one object: obj is the zero T for a refused Service (fed
-// as a rejection every time).
-type fedObject[T comparable] struct {
-	file string
-	obj  T
-}
-
-// next is the set of a load: every object of objs.From of this kind (its obj still to be
-// set by fresh), and the objects fed last whose file failed, as last fed.
-func (last fedSet[T]) next(from map[Ref]string, kind string, failed map[string]bool) fedSet[T] {
-	n := 0
-	for ref := range from {
-		if ref.Kind == kind {
-			n++
-		}
-	}
-	out := make(fedSet[T], n)
-	for ref, file := range from {
-		if ref.Kind == kind {
-			out[objectName{ref.Namespace, ref.Name}] = fedObject[T]{file: file}
-		}
-	}
-	for k, e := range last {
-		if _, ok := out[k]; !ok && failed[e.file] {
-			out[k] = e // keep the last good version
-		}
-	}
-	return out
-}
-
-// gone calls del for each object fed last that next does not hold.
-func (last fedSet[T]) gone(next fedSet[T], del func(objectName)) {
-	for k := range last {
-		if _, ok := next[k]; !ok {
-			del(k)
-		}
-	}
-}
-
-// fresh records obj as fed under k in next and reports whether it differs from the object fed
-// last (last).
-func (last fedSet[T]) fresh(next fedSet[T], k objectName, obj T) bool {
-	e := next[k]
-	e.obj = obj
-	next[k] = e
-	return last[k].obj != obj
-}
-
-// NewFeeder returns a Feeder for t that has fed nothing yet.
-func NewFeeder(t *model.Tracker) *Feeder {
-	return &Feeder{tracker: t}
-}
-
-// KeepNode makes the Feeder keep the Node named name once fed, when it disappears from the
-// loads: it is this node, and without it no node port is served. Manifest mode has no other
-// way to take a node's node ports away than to delete its Node by mistake (a file moved away,
-// a Node left out of a regenerated file), so its loss is reported (the Pipeline's warning and
-// metric), not obeyed.
-func (f *Feeder) KeepNode(name string) { f.keepNode = name }
-
-// Feed applies objs, loaded with errs, to the Tracker. A load whose directory could not be read
-// (DirectoryError) changes nothing: the Tracker keeps what it was last fed.
-func (f *Feeder) Feed(objs Objects, errs []FileError) {
-	if DirectoryError(errs) != nil {
-		return
-	}
-	failed := map[string]bool{}
-	for _, e := range errs {
-		failed[e.File] = true
-	}
-	services := f.services.next(objs.From, "Service", failed)
-	slices := f.slices.next(objs.From, "EndpointSlice", failed)
-	nodes := f.nodes.next(objs.From, "Node", failed)
-	if k := (objectName{"", f.keepNode}); f.keepNode != "" {
-		if e, fed := f.nodes[k]; fed {
-			if _, ok := nodes[k]; !ok {
-				nodes[k] = e
-			}
-		}
-	}
-	// Deletions first: an object that moved between files is in both sets and stays.
-	f.services.gone(services, func(k objectName) {
-		f.tracker.DeleteService(model.ServiceKey{Namespace: k.namespace, Name: k.name})
-	})
-	f.slices.gone(slices, func(k objectName) { f.tracker.DeleteEndpointSlice(k.namespace, k.name) })
-	f.nodes.gone(nodes, func(k objectName) { f.tracker.DeleteNode(k.name) })
-	for _, n := range objs.Nodes {
-		if f.nodes.fresh(nodes, objectName{"", n.Name}, n) {
-			f.tracker.UpsertNode(n)
-		}
-	}
-	for _, s := range objs.EndpointSlices {
-		if f.slices.fresh(slices, objectName{s.Namespace, s.Name}, s) {
-			f.tracker.UpsertParsedEndpointSlice(s)
-		}
-	}
-	for _, s := range objs.Services {
-		if f.services.fresh(services, objectName{s.Namespace, s.Name}, s) {
-			f.tracker.UpsertService(s)
-		}
-	}
-	for _, r := range objs.Refused {
-		f.tracker.RejectService(r.Service, r.Rejection)
-	}
-	f.services, f.slices, f.nodes = services, slices, nodes
 }

@@ -5,10 +5,8 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/proxy/localports"
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
@@ -18,7 +16,7 @@ import (
 // tracker accepted, now and every localports.DefaultInterval until ctx ends: a warning names
 // each overlap and nftproxy_ephemeral_overlap_ports counts it. The allocator's leader checks
 // only its own node, once.
-func watchLocalPorts(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tracker, reg prometheus.Registerer) error {
+func watchLocalPorts(ctx context.Context, o *Options, log logr.Logger, tracker *model.Tracker, m localports.Observer) error {
 	np, err := allocator.ParseRange(o.NodePortRange)
 	if err != nil {
 		return usageError{fmt.Errorf("--service-node-port-range: %w", err)}
@@ -28,10 +26,6 @@ func watchLocalPorts(ctx context.Context, o *Options, log logr.Logger, tracker *
 		if blocks, err = allocator.ParseRange(o.BlockRange); err != nil {
 			return usageError{fmt.Errorf("--range-node-port-range: %w", err)}
 		}
-	}
-	m, err := metrics.NewLocalPorts(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
 	}
 	c := localports.New(localports.Config{
 		NodePortRange: np, BlockRange: blocks, Observer: m, Log: log.WithName("localports"),

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/health"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
@@ -39,6 +41,75 @@ func registerComponentMetrics(reg prometheus.Registerer) error {
 	}
 	_, err := metrics.NewRESTClient(reg)
 	return err
+}
+
+// daemonMetrics is every collector `nftproxy run` registers on its registry, built in one
+// place: a new metric is added here, and the registry served at /metrics holds exactly these
+// (plus the listeners' own, registered by serve, and the func-backed gauges of followModel
+// and followHealth, which read state built after the bundle).
+type daemonMetrics struct {
+	reg         *prometheus.Registry
+	proxy       *metrics.Proxy
+	allocator   *metrics.AllocatorMetrics
+	conntrack   *metrics.Conntrack
+	healthCheck *metrics.HealthCheck
+	source      *metrics.Source
+	drift       *metrics.Drift
+	localPorts  *metrics.LocalPorts
+}
+
+// newDaemonMetrics registers the component metrics and every component's observer on a fresh
+// registry. The source series are started for the manifest source when there is one; the API
+// server's is followed from the health state (followHealth).
+func newDaemonMetrics(o *Options, builders []*ruleset.Builder) (*daemonMetrics, error) {
+	m := &daemonMetrics{reg: prometheus.NewRegistry()}
+	var sources []string
+	if o.Manifests != "" {
+		sources = append(sources, manifestSourceLabel)
+	}
+	for _, register := range []func() error{
+		func() error { return registerComponentMetrics(m.reg) },
+		func() (err error) {
+			m.proxy, err = metrics.NewProxy(m.reg, model.AllReasons(), families(builders)...)
+			return err
+		},
+		func() (err error) { m.allocator, err = metrics.NewAllocatorMetrics(m.reg); return err },
+		func() (err error) { m.conntrack, err = metrics.NewConntrack(m.reg); return err },
+		func() (err error) { m.healthCheck, err = metrics.NewHealthCheck(m.reg); return err },
+		func() (err error) { m.source, err = metrics.NewSource(m.reg, sources...); return err },
+		func() (err error) { m.drift, err = metrics.NewDrift(m.reg); return err },
+		func() (err error) { m.localPorts, err = metrics.NewLocalPorts(m.reg); return err },
+	} {
+		if err := register(); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// followModel registers the gauges read from the tracker: the pending changes, and what
+// watchModel exports.
+func (m *daemonMetrics) followModel(tracker *model.Tracker, builders []*ruleset.Builder) error {
+	if err := m.proxy.WatchPending(tracker.Pending); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if err := watchModel(m.proxy, tracker, builders); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	return nil
+}
+
+// followHealth registers the gauges read from the health state: whether the node is eligible,
+// and, without manifests, whether the API server answers. The manifest source pushes its state
+// instead (newSource).
+func (m *daemonMetrics) followHealth(hs *health.State, manifests bool) error {
+	if !manifests {
+		m.source.Follow(apiServerSourceLabel, hs.SourceUp)
+	}
+	if err := metrics.WatchHealth(m.reg, hs.NodeEligible); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	return nil
 }
 
 // pprofPath is where --profiling serves Go's profiles, as kube-proxy does.

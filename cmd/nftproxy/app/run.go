@@ -14,14 +14,12 @@ import (
 	"unicode"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nftproxy/nftproxy/allocator"
 	"github.com/nftproxy/nftproxy/metrics"
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/conntrack"
 	"github.com/nftproxy/nftproxy/proxy/explain"
-	"github.com/nftproxy/nftproxy/proxy/health"
 	"github.com/nftproxy/nftproxy/proxy/manifest"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/nodeaddr"
@@ -29,6 +27,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
+// runCmd is `nftproxy run`: the daemon (daemon.go), or with --once a single full sync.
 func runCmd(args []string, stdout, stderr io.Writer) error {
 	var o Options
 	if err := parseFlags("run", &o, runFlags, args, stderr); err != nil {
@@ -38,189 +37,15 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	ctx, signals, stop := handleSignals(log, "run")
 	defer stop()
 	defer boundShutdown(ctx, stderr)()
-	o.logConfig(log)
-	if err := o.resolveFromNode(ctx, log); err != nil {
+	d := &daemon{o: &o, log: log, ctx: ctx, signals: signals, stop: stop}
+	defer d.shutdown()
+	if err := d.setUp(); err != nil {
 		return err
 	}
-	o.warnNoClusterTraffic(log)
-	builders, err := o.builders()
-	if err != nil {
-		return usageError{err}
-	}
-	guard, err := o.guard()
-	if err != nil {
-		return usageError{err}
-	}
-
-	reg := prometheus.NewRegistry()
-	if err := registerComponentMetrics(reg); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	pm, err := metrics.NewProxy(reg, model.AllReasons(), families(builders)...)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	am, err := metrics.NewAllocatorMetrics(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	// rescan, once the source exists, sends Events for rejections the informers did not see
-	// (a Service the kernel refused); set before anything runs.
-	var rescan func()
-	status := explain.NewStatus() // what `nftproxy explain` reads at /rejections
-	tracker := newTracker(&o, guard, log, pm, status, func() {
-		if rescan != nil {
-			rescan()
-		}
-	})
-	// The node's local addresses are known before any Service is programmed, so the guard holds
-	// from the first sync; the daemon then follows their changes.
-	localAddrs, err := nodeaddr.List(nil)
-	if err != nil {
-		return err
-	}
-	if err := checkServiceCIDRs(o.ServiceCIDRs, localAddrs, "held by the kernel in nftproxy's network namespace"); err != nil {
-		return usageError{err}
-	}
-	tracker.SetLocalAddresses(localAddrs)
-	if err := pm.WatchPending(tracker.Pending); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	if err := watchModel(pm, tracker, builders); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-
 	if o.Once {
-		return runOnce(ctx, &o, log, tracker, builders, pm, am)
+		return runOnce(ctx, &o, log, d.tracker, d.builders, d.m.proxy, d.m.allocator)
 	}
-	kernel, err := nft.NewKernel()
-	if err != nil {
-		return fmt.Errorf("open netlink to nftables: %w (run as root or with CAP_NET_ADMIN)", err)
-	}
-	defer kernel.Close()
-	if err := checkTableOwned(ctx, kernel, o.Table); err != nil {
-		return usageError{err}
-	}
-	ctm, err := metrics.NewConntrack(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	hcm, err := metrics.NewHealthCheck(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	var sources []string // the API server's state is followed below, from the health state
-	if o.Manifests != "" {
-		sources = append(sources, manifestSourceLabel)
-	}
-	sm, err := metrics.NewSource(reg, sources...)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	cleaner, err := conntrack.New(log.WithName("conntrack"), conntrack.WithObserver(ctm))
-	if err != nil {
-		return err
-	}
-	defer cleaner.Close()
-
-	src, err := newSource(&o, log, am, sm, pm)
-	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) || o.Manifests == "" {
-			return usageError{err}
-		}
-		return err
-	}
-	if r, ok := src.(interface{ Rescan() }); ok {
-		rescan = r.Rescan
-	}
-	if ms, ok := src.(*manifestSource); ok {
-		ms.status = status
-	}
-	p := proxier.New(tracker, kernel, builders, pm, log, time.Now)
-	p.SetMaxServiceCost(o.MaxServiceCost)
-	p.AddHook("conntrack", conntrack.NewHook(cleaner))
-	rc := o.runConfig()
-	refused := make(chan error, 1)
-	rc.Ready = readyAfterCIDRCheck(src.Ready, o.ServiceCIDRs, tracker.NodeAddresses, func(err error) {
-		refused <- err
-		stop()
-	})
-	runner := proxier.NewRunner(p, rc)
-	signals.OnHangup(runner.SuspectDrift)
-	hs := &health.State{
-		LastSuccess:  func() time.Time { return runner.Status().LastSuccess },
-		FailingSince: func() time.Time { return runner.Status().FailingSince },
-		PendingSince: tracker.PendingSince,
-		Progress:     func() time.Time { return runner.Status().Progress },
-		Ready:        src.Ready,
-		Timeout:      o.HealthzTimeout,
-		// Reported (body, nftproxy_source_up, log), never a 503: the rules keep serving, and
-		// load balancers must not drop every node because the control plane is away.
-		SourceFailingSince: src.FailingSince,
-		Now:                time.Now,
-		Served:             pm.Served,
-	}
-	if nd, ok := src.(nodeDrainer); ok {
-		hs.NodeDraining = nd.NodeDraining
-	}
-	if o.Manifests == "" {
-		// The manifest source pushes its state (newSource); the API server's is the health
-		// state's view of the informers.
-		sm.Follow(apiServerSourceLabel, hs.SourceUp)
-	}
-	if err := metrics.WatchHealth(reg, hs.NodeEligible); err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	// Health-check node ports follow the rules' state only (hs.Healthy), on the
-	// --nodeport-addresses only, as kube-proxy's.
-	hc := health.NewCheckServer(health.CheckConfig{NodeName: o.NodeName, Healthy: hs.Healthy, NodePortCIDRs: o.NodePortCIDRs, Observer: hcm, Log: log.WithName("healthcheck")})
-	defer hc.Close()
-	// Ports another process holds (kube-proxy, until it exits in a migration) are opened as
-	// soon as it lets them go, whether or not a sync happens.
-	go func() { _ = hc.Run(ctx) }()
-	p.AddHook("health-check node ports", hc)
-	dm, err := metrics.NewDrift(reg)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	if o.DriftEvents {
-		defer watchDrift(ctx, log, kernel, builders, runner, dm, rc.FullSyncPeriod)()
-	}
-	watchErr := make(chan error, 1)
-	notify := queuing(pm, tracker, runner.Notify)
-	go func() { watchErr <- src.Run(ctx, tracker, notify) }()
-	go watchNodeAddresses(ctx, log, tracker, o.ServiceCIDRs, notify)
-	if err := watchLocalPorts(ctx, &o, log, tracker, reg); err != nil {
-		return err
-	}
-
-	servers, err := serve(ctx, log, &o, hs, reg, status)
-	if err != nil {
-		return err
-	}
-	defer servers()
-
-	log.Info("nftproxy running", "version", Version, "manifests", o.Manifests, "node", o.NodeName, "families", o.Families)
-	done := make(chan struct{})
-	go func() { runner.Run(ctx); close(done) }()
-	select {
-	case <-ctx.Done():
-	case err := <-watchErr:
-		if err != nil && ctx.Err() == nil {
-			stop()
-			<-done
-			return fmt.Errorf("source %s: %w", src, err)
-		}
-	}
-	<-done
-	select {
-	case err := <-refused:
-		return usageError{fmt.Errorf("nothing programmed: %w", err)}
-	default:
-	}
-	log.Info("nftproxy stopped; the rules stay in the kernel (nftproxy cleanup removes them)")
-	return nil
+	return d.run()
 }
 
 // runOnce is `run --once`: load the manifests, apply one full sync, exit. A manifest directory
