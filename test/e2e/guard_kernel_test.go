@@ -220,7 +220,9 @@ func TestNodeAddressInServiceCIDRAnswers(t *testing.T) {
 	})
 
 	for _, a := range addrs {
-		if _, err := l.Node.Run("ip", "address", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", lab.BridgeName); err != nil {
+		// nodad: the IPv6 address is usable at once, not tentative while duplicate address
+		// detection runs (the probes below come right after).
+		if _, err := l.Node.Run("ip", "address", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", lab.BridgeName, "nodad"); err != nil {
 			t.Fatal(err)
 		}
 	}
