@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
-// What one Service may cost a sync (costs in reconciler.Fragment.Cost's unit: kernel objects,
+// What one Service may cost a sync (costs in fragment.Fragment.Cost's unit: kernel objects,
 // in elements' worth). A sync is one kernel transaction, and the kernel installs it under one
 // lock: while it does, no other change reaches packets. So the cost of each Service is bounded
 // (above the bound it is rejected with model.ReasonCostLimit), and a Service whose change may
@@ -112,13 +113,13 @@ func OverCost(key model.ServiceKey, cost, limit int) *model.Rejection {
 	}
 	return &model.Rejection{Reason: model.ReasonCostLimit, Message: fmt.Sprintf(
 		"service %s: its rules would cost the kernel %d objects (chains, rules and elements; a named set counts %d), over the limit of %d (--max-service-cost); it is not programmed, every other Service is; split the Service or raise --max-service-cost",
-		key, cost, reconciler.SetCost, limit)}
+		key, cost, fragment.SetCost, limit)}
 }
 
 // overCost takes key's Service out of the ruleset and reports it with ReasonCostLimit.
 func (p *Proxier) overCost(key model.ServiceKey, s *model.Service, cost int) {
 	for _, b := range p.builders {
-		p.rec.Set(b.Table(), reconciler.Owner(key), reconciler.Fragment{})
+		p.rec.Set(b.Table(), reconciler.Owner(key), fragment.Fragment{})
 	}
 	p.stage(key, nil)
 	r := OverCost(key, cost, p.maxCost)

@@ -1,6 +1,9 @@
 package reconciler
 
-import "github.com/nftproxy/nftproxy/nft"
+import (
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
+)
 
 // appliedIndex is one table's objects and elements as the kernel holds them (as far as we
 // know). Once a Commit made it the table's applied index, it is linked to the desired index:
@@ -136,7 +139,7 @@ func (ix *appliedIndex) addDump(rs *nft.Ruleset) {
 		byChain[r.Chain] = append(byChain[r.Chain], r)
 	}
 	for _, c := range rs.Chains {
-		ix.putChain(&ChainDef{Chain: c, Rules: byChain[c.Name]})
+		ix.putChain(&fragment.ChainDef{Chain: c, Rules: byChain[c.Name]})
 	}
 	for i := range rs.Sets {
 		s := rs.Sets[i]

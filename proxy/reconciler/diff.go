@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // keys are the names whose desired and applied states may differ. With allElems, every element
@@ -315,7 +316,7 @@ func (p *plan) commit(tb *table, now time.Time) {
 		if _, ok := d.chains[n]; ok {
 			copyChain(n)
 		} else if ac, ok := a.chains[n]; ok {
-			a.putChain(&ChainDef{Chain: ac.Chain})
+			a.putChain(&fragment.ChainDef{Chain: ac.Chain})
 		}
 	}
 	for n := range p.keys.chains {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // Owner names who hands a fragment to Set: a Service, by namespace and name, or the base layout
@@ -150,7 +151,7 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 		case *nft.Packed:
 			wanted(tb, o.ID(), i)
 		case *nft.Element:
-			wanted(tb, ElementID(o), i)
+			wanted(tb, fragment.ElementID(o), i)
 		}
 	}
 	for tb, ids := range elems {
@@ -212,7 +213,7 @@ func (r *Reconciler) HeldCost(t nft.Table, owner Owner) int {
 	if rec == nil {
 		return 0
 	}
-	n := len(rec.chains) + len(rec.elems) + SetCost*len(rec.sets)
+	n := len(rec.chains) + len(rec.elems) + fragment.SetCost*len(rec.sets)
 	for _, c := range rec.chains {
 		if dc, ok := tb.desired.chains[c]; ok {
 			n += len(dc.Rules)

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
@@ -87,7 +88,7 @@ func (h *harness) put(svcs ...*model.Service) {
 func (h *harness) remove(k model.ServiceKey) {
 	delete(h.svcs, k)
 	for _, b := range h.builders {
-		h.rec.Set(b.Table(), reconciler.Owner(k), reconciler.Fragment{})
+		h.rec.Set(b.Table(), reconciler.Owner(k), fragment.Fragment{})
 	}
 }
 
@@ -500,10 +501,10 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 	own := func(a string) nft.Element {
 		return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr(a))}}
 	}
-	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}})
-	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
-	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "b"}, reconciler.Fragment{Elements: []nft.Element{shared}})
-	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
+	r.Set(tbl, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, fragment.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "b"}, fragment.Fragment{Elements: []nft.Element{shared}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, fragment.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
 	f.RefuseOp = func(op nft.Op) syscall.Errno {
 		if e, ok := elementOf(op.Object); ok && e.Key[0] == shared.Key[0] {
 			return syscall.EPERM
