@@ -15,7 +15,7 @@ import (
 // keeps every desired and applied element in this form, a full sync's hundreds of thousands of
 // them, and hands them to a Transaction as they are: *Packed is an Object like *Element, and
 // every consumer of a Transaction (the kernel's encoder, the Fake, the renderer) reads it
-// through ElementOf, the encoder into a reused scratch Element, so a packed element is never
+// through Unpack, the encoder into a reused scratch Element, so a packed element is never
 // expanded on the heap on the hot path.
 //
 // The string starts with the element's identity, ID: the set's name, a NUL, the key's values
@@ -233,18 +233,6 @@ func uvarintAt(s string, i int) (uint64, int) {
 }
 
 func (*Packed) objectKind() string { return "element" }
-
-// ElementOf returns the element an Op's object is when it is one, *Element or *Packed (a
-// packed one unpacked in its own memory).
-func ElementOf(o Object) (Element, bool) {
-	switch e := o.(type) {
-	case *Element:
-		return *e, true
-	case *Packed:
-		return e.Unpack(), true
-	}
-	return Element{}, false
-}
 
 // elementScratch turns an Op's element object into an *Element without allocating: a *Packed
 // is unpacked into the scratch, which stays valid until the next call.

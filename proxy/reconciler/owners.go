@@ -105,12 +105,6 @@ func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err erro
 	return re
 }
 
-// ownerOf names the owner of the object op acts on (see ownersOf).
-func (r *Reconciler) ownerOf(op nft.Op) (Owner, bool) {
-	owners, owned := r.ownersOf([]nft.Op{op})
-	return owners[0], owned[0]
-}
-
 // ownersOf names, for each op, the owner of the object it acts on: the owner of the chain (for
 // a rule, its chain), of the set, or of the element; owned is false where none owns it. Chains
 // and sets are looked up by name. Elements carry no owner (it would cost every element of the

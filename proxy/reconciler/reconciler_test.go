@@ -18,6 +18,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/nfttest"
 )
 
 // kernels runs a test against the fake and, as root, against the real kernel in a fresh
@@ -253,7 +254,7 @@ func TestRemovedChainsAreDeletedLater(t *testing.T) {
 		h.commit(false)
 		h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
 		h.commit(false)
-		chain := ruleset.PickChain(2)
+		chain := "pick-2" // the shared chain of 2 slots; ruleset's TestSharedChainNames pins the name
 		if !hasChain(t, fake, chain) {
 			t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
 		}
@@ -520,7 +521,7 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 // elementOf returns an op's element, whether the op carries it packed (as the reconciler sends
 // its elements) or not.
 func elementOf(o nft.Object) (*nft.Element, bool) {
-	e, ok := nft.ElementOf(o)
+	e, ok := nfttest.ElementOf(o)
 	return &e, ok
 }
 

@@ -59,22 +59,6 @@ func (k frontendKind) key() []nft.Field {
 	return nft.DNATNumgenKeyAddr
 }
 
-// PickChain names the shared chain that DNATs an address frontend to one of its n slots in
-// MapEndpoints: "pick-3".
-func PickChain(n int) string { return addressFrontend.pickChain(false, n) }
-
-// LocalPickChain names the shared chain that DNATs an address frontend to one of its n slots
-// in MapLocalEndpoints: "pick-local-3".
-func LocalPickChain(n int) string { return addressFrontend.pickChain(true, n) }
-
-// NodePortPickChain names the shared chain that DNATs a node port to one of its n slots in
-// MapNodePortEndpoints: "pick-nodeport-3".
-func NodePortPickChain(n int) string { return nodePortFrontend.pickChain(false, n) }
-
-// LocalNodePortPickChain names the shared chain that DNATs a node port to one of its n slots in
-// MapLocalNodePortEndpoints: "pick-local-nodeport-3".
-func LocalNodePortPickChain(n int) string { return nodePortFrontend.pickChain(true, n) }
-
 func (k frontendKind) pickChain(local bool, n int) string {
 	l := ""
 	if local {

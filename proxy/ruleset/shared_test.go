@@ -209,8 +209,8 @@ func TestSharedChainsAreIdenticalAndKeptOnce(t *testing.T) {
 	for _, r := range rs.Rules {
 		rules[r.Chain]++
 	}
-	if rules[PickChain(2)] != 1 {
-		t.Errorf("%s has %d rules after Merge, want 1", PickChain(2), rules[PickChain(2)])
+	if rules[addressFrontend.pickChain(false, 2)] != 1 {
+		t.Errorf("%s has %d rules after Merge, want 1", addressFrontend.pickChain(false, 2), rules[addressFrontend.pickChain(false, 2)])
 	}
 }
 
