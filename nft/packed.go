@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Packed is an element in a compact binary form: one string of ~30 bytes where an Element
-// with its key and data takes ~310 (Element 120 bytes, a slot's six Values 192). The reconciler
+// Packed is an element in a compact binary form: one string, a tenth of the memory of an
+// Element with its key and data (bench/README.md, "Memory: peak resident set"). The reconciler
 // keeps every desired and applied element in this form, a full sync's hundreds of thousands of
 // them, and hands them to a Transaction as they are: *Packed is an Object like *Element, and
 // every consumer of a Transaction (the kernel's encoder, the Fake, the renderer) reads it

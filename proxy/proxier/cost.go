@@ -26,8 +26,8 @@ const (
 	// isolateCost: a change that may cost more (its new fragment's or its old one's, whichever
 	// is larger) is committed in its own transaction, after the sync's other changes (several
 	// such changes: one transaction each, first come first, in the same sync, so that a sync
-	// still commits everything it took). About 5 ms of kernel time: cheaper changes go out
-	// together, as one extra transaction would cost more than they do.
+	// still commits everything it took). Cheaper changes go out together, as one extra
+	// transaction would cost more than they do (bench/README.md, "What one Service costs").
 	isolateCost = 1024
 )
 

@@ -9,8 +9,8 @@ import (
 // know). Once a Commit made it the table's applied index, it is linked to the desired index:
 // every element the kernel holds as it is wanted is the desired entry's own, marked applied,
 // and elems holds only the others (an element nobody wants any more, a dynamic set's, the old
-// value of a change not committed yet). A map of every element beside the desired one cost
-// ~43 bytes per element (~10 MB at 10k Services × 10 endpoints). A read-back of the kernel is
+// value of a change not committed yet), not a map of every element beside the desired one
+// (bench/README.md, "Sizes the code's layout rests on"). A read-back of the kernel is
 // not linked: elems holds everything it read.
 type appliedIndex struct {
 	objects

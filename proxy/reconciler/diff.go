@@ -260,8 +260,8 @@ func (p *plan) emit(tx *nft.Transaction) {
 	for i := range p.addRules {
 		tx.Add(&p.addRules[i])
 	}
-	// The elements as the indexes hold them, one Op for all (a 48-byte Op each was 10.5 MB
-	// at 10k Services, held with the batch until it is sent).
+	// The elements as the indexes hold them, one Op for all (an Op each would be held with the
+	// batch until it is sent; bench/README.md, "Memory: peak resident set").
 	if len(p.addElems) > 0 {
 		tx.Add(&nft.PackedList{Elements: p.addElems})
 	}

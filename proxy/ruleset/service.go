@@ -48,9 +48,10 @@ func (b *Builder) service(f *fragment.Fragment, node *model.Node, svc *model.Ser
 // ServiceScratch is Service building the fragment's elements in memory the builder reuses: its
 // Elements, their keys and their data are valid until the next ServiceScratch call on b (its
 // chains, rules and sets are the caller's, as Service's). The proxier hands each fragment to
-// the reconciler, which keeps its elements packed, before it builds the next: a full sync at
-// 10k Services then builds ~230k elements without making ~70 MB of garbage of them, which set
-// how high the heap grew (the garbage collector lets the heap reach twice what is live).
+// the reconciler, which keeps its elements packed, before it builds the next: a full sync then
+// builds its elements without making garbage of them, which would set how high the heap grows
+// (the garbage collector lets the heap reach twice what is live; bench/README.md, "Sizes the
+// code's layout rests on").
 func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) fragment.Fragment {
 	b.sc.on, b.sc.vals, b.sc.eps = true, b.sc.vals[:0], b.sc.eps[:0]
 	defer func() { b.sc.on = false }()
