@@ -27,7 +27,8 @@ const (
 	// is larger) is committed in its own transaction, after the sync's other changes (several
 	// such changes: one transaction each, first come first, in the same sync, so that a sync
 	// still commits everything it took). Cheaper changes go out together, as one extra
-	// transaction would cost more than they do (bench/README.md, "What one Service costs").
+	// transaction would cost more than they do (bench/README.md, "Sizes the code's layout
+	// rests on").
 	isolateCost = 1024
 )
 
