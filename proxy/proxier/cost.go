@@ -125,7 +125,7 @@ func (p *Proxier) overCost(key model.ServiceKey, s *model.Service, cost int) {
 	p.stage(key, nil)
 	r := OverCost(key, cost, p.maxCost)
 	if rf, ok := p.src.(Refuser); ok {
-		rf.RefuseService(key, s, r)
+		rf.RecordKernelRefusal(key, s, r)
 		return
 	}
 	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)

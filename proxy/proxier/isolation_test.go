@@ -197,7 +197,7 @@ func matchesModel(t *testing.T, k nft.Interface, tr *model.Tracker) {
 		}
 	}
 	got.Chains = chains
-	if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+	if d := nft.Diff(nft.Canonical(got), nft.Canonical(want)); d != "" {
 		t.Fatalf("the kernel differs from a fresh build of the model (- kernel, + wanted):\n%s", d)
 	}
 }

@@ -51,8 +51,8 @@ type Source interface {
 // Refuser is implemented by a Source that reports Services the kernel refused (model.Tracker:
 // as rejections, so logs, nftproxy_invalid_services_total and Events report them).
 type Refuser interface {
-	// RefuseService records that the kernel refused tried, the model of key a sync tried.
-	RefuseService(key model.ServiceKey, tried *model.Service, r *model.Rejection)
+	// RecordKernelRefusal records that the kernel refused tried, the model of key a sync tried.
+	RecordKernelRefusal(key model.ServiceKey, tried *model.Service, r *model.Rejection)
 	// RetryRefused makes every refused Service a pending change again.
 	RetryRefused()
 }
@@ -347,7 +347,7 @@ func (p *Proxier) refuse(owner reconciler.Owner, oe *nft.OpError) {
 		if !ok {
 			tried = p.src.Service(key) // not handed over in this sync: what the kernel held
 		}
-		rf.RefuseService(key, tried, r)
+		rf.RecordKernelRefusal(key, tried, r)
 		return
 	}
 	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)

@@ -120,7 +120,7 @@ func (h *harness) check() {
 			h.t.Fatalf("dump %s: %v", b.Table(), err)
 		}
 		want := b.Ruleset(h.node, list)
-		if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+		if d := nft.Diff(nft.Canonical(got), nft.Canonical(want)); d != "" {
 			h.t.Fatalf("table %s differs from a fresh build (- kernel, + wanted):\n%s", b.Table(), d)
 		}
 	}
@@ -371,7 +371,7 @@ func TestUnknownFailureRetriesFull(t *testing.T) {
 			t.Errorf("an error naming no op was traced to an owner: %v", err)
 		}
 		after, _ := raw.Dump(context.Background(), tbl)
-		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+		if d := nft.Diff(nft.Canonical(before), nft.Canonical(after)); d != "" {
 			t.Fatalf("a refused commit changed the kernel:\n%s", d)
 		}
 		h.remove(bad.Key)
@@ -456,7 +456,7 @@ func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 			t.Errorf("the error says %d times which transaction failed, want once: %v", n, err)
 		}
 		after, _ := raw.Dump(context.Background(), tbl)
-		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+		if d := nft.Diff(nft.Canonical(before), nft.Canonical(after)); d != "" {
 			t.Fatalf("a refused commit changed the kernel:\n%s", d)
 		}
 		h.remove(bad.Key)
