@@ -261,18 +261,3 @@ func (sc *elementScratch) of(o Object) *Element {
 type PackedDumper interface {
 	DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error)
 }
-
-// DumpPacked is Dump with the elements handed to each, packed (see PackedDumper).
-func (f *Fake) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
-	rs, err := f.Dump(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	for _, els := range rs.Elements {
-		for i := range els {
-			each(Pack(&els[i]))
-		}
-	}
-	rs.Elements = nil
-	return rs, nil
-}
