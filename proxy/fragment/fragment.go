@@ -41,8 +41,9 @@ type Recorded struct {
 // ElementID identifies an element within its table: set name, key and interval end (an end
 // equal to the key is the same element as no end). Two elements with the same ID cannot both be
 // in the kernel; their values may differ. It is a map key, never shown: the identity prefix of
-// the element's packing (nft.Packed), ~23 bytes for an endpoint slot. The indexes key their
-// entries by the ID their packed element starts with, so an index holds no second copy of it.
+// the element's packing (nft.Packed), at most 24 bytes for an endpoint slot (TestElementID).
+// The indexes key their entries by the ID their packed element starts with, so an index holds
+// no second copy of it.
 func ElementID(e *nft.Element) string {
 	var buf [96]byte
 	return string(nft.AppendID(buf[:0], e))

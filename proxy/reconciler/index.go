@@ -9,7 +9,7 @@ import (
 
 // elemEntry is one desired element and how many owners want it (a ClusterIP with several
 // ports, an endpoint behind several Services). The element is kept packed (nft.Packed: one
-// string of ~30 bytes instead of an nft.Element of 120 and its values of 192), and the index's
+// short string instead of an nft.Element and its values), and the index's
 // key is its packing's ID prefix, so an entry is 32 bytes and its element one allocation. Who
 // wants the element is not kept here (an Owner is 32 bytes) but found in the owners' records, on
 // the failure path alone (see ownersOf).
