@@ -12,11 +12,11 @@ import (
 //
 // The kernel builds a dump's replies on the thread that reads them (each recvmsg builds the
 // next), and walks a set from its first element again for every reply of at most 32 KiB, so a
-// set's dump costs O(n²) of kernel time in its elements, all of it inside our recvmsg calls:
-// at 10k Services × 10 endpoints the 108k-element endpoint map takes ~250 ms of the ~350 ms of
-// kernel time of a read-back, the eight other sets ~100 ms. With two sockets, each read by a
-// goroutine of its own, the other sets are dumped while the largest is, on the machine's other
-// core. Each goroutine decodes its own replies (cheap: ~15 ms of the whole table) and hands
+// set's dump costs O(n²) of kernel time in its elements, all of it inside our recvmsg calls, and
+// the largest set (the endpoint map) takes most of a read-back's kernel time (bench/README.md,
+// section B, gives the split). With two sockets, each read by a goroutine of its own, the other
+// sets are dumped while the largest is, on the machine's other core. Each goroutine decodes its
+// own replies (cheap beside the kernel's dump) and hands
 // the packed elements to the goroutine that called DumpPacked, which alone calls each: the
 // reader's callback stays single-threaded, and runs while the kernel builds the next replies.
 

@@ -24,7 +24,7 @@ func (k *Kernel) Dump(ctx context.Context, t Table) (*Ruleset, error) { return k
 // DumpPacked reads back everything table t holds but its elements, which it hands to each,
 // packed, as they are decoded (each set's in the kernel's order; two sets' may come
 // interleaved, see dumpContents): a reader that keeps elements packed keeps only those it
-// wants, and a table of 300k elements is never held unpacked (~310 bytes each) nor whole. each
+// wants, and a large table's elements are never held unpacked nor whole. each
 // is called on the caller's goroutine, never twice at once.
 func (k *Kernel) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
 	return k.dump(ctx, t, each)

@@ -158,15 +158,6 @@ func ValidNumgenKey(key []Field) bool {
 	return len(key) == 0 || slices.Equal(key, DNATNumgenKeyAddr) || slices.Equal(key, DNATNumgenKeyPort)
 }
 
-// numgenMapKey is the key type a DNATNumgen's map must have in a table of family f.
-func (d DNATNumgen) numgenMapKey(f Family) []Type {
-	out := make([]Type, 0, len(d.Key)+1)
-	for _, fl := range d.Key {
-		out = append(out, fl.Type(f))
-	}
-	return append(out, TypeInteger)
-}
-
 // Reject answers the packet: a TCP reset (TCPReset) or an ICMP/ICMPv6 port unreachable.
 type Reject struct{ TCPReset bool }
 

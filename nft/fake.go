@@ -312,3 +312,18 @@ func (f *Fake) DumpSetElements(ctx context.Context, t Table, set string) ([]Elem
 	}
 	return out, nil
 }
+
+// DumpPacked is Dump with the elements handed to each, packed (see PackedDumper).
+func (f *Fake) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
+	rs, err := f.Dump(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	for _, els := range rs.Elements {
+		for i := range els {
+			each(Pack(&els[i]))
+		}
+	}
+	rs.Elements = nil
+	return rs, nil
+}

@@ -354,3 +354,12 @@ func fakeCheckUpdateDataFields(k int, x SetUpdate, s *Set, fam Family, bad func(
 	}
 	return nil
 }
+
+// numgenMapKey is the key type a DNATNumgen's map must have in a table of family f.
+func (d DNATNumgen) numgenMapKey(f Family) []Type {
+	out := make([]Type, 0, len(d.Key)+1)
+	for _, fl := range d.Key {
+		out = append(out, fl.Type(f))
+	}
+	return append(out, TypeInteger)
+}

@@ -32,8 +32,8 @@ type Kernel struct {
 	// context that job runs in.
 	dumpJobHook func(ctx context.Context, i, j int)
 	// sets caches the definitions of the sets each table holds, so encoding an element op on a
-	// set the transaction does not add needs no read-back: reading every set of a 10k-Service
-	// table costs ~100 ms per partial sync. Learned from Dump and from applied transactions; a
+	// set the transaction does not add needs no read-back: reading every set of a large table
+	// would cost a partial sync more than the rest of its work. Learned from Dump and from applied transactions; a
 	// name it lacks is read from the kernel again; dropped for a table whose transaction failed.
 	sets map[Table]map[string]Set
 	// setReads counts set read-backs, for tests.
@@ -298,9 +298,9 @@ func (k *Kernel) encode(ctx context.Context, tx *Transaction) (*codecBatch, erro
 	}
 	// Two passes over the ops. The first encodes every message into a scratch buffer only to
 	// measure the batch, and finds what cannot be encoded before anything is allocated for it;
-	// the second writes the batch into a buffer of exactly that size. A 10k-Service full sync
-	// is 9.3 MB: sized from an estimate of the ops it took 10.5 MB, and grown by appending it
-	// would reach up to twice its size while the old and the new buffer are both held.
+	// the second writes the batch into a buffer of exactly that size. An estimate of the ops
+	// overshoots, and a buffer grown by appending reaches up to twice the batch while the old and
+	// the new buffer are both held (bench/README.md, "Memory: peak resident set").
 	m := &codecBatch{measure: true}
 	m.sets = sets(m)
 	if err := m.encodeOps(tx); err != nil {

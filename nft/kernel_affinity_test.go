@@ -138,7 +138,7 @@ func TestKernelAffinityMap(t *testing.T) {
 				t.Fatalf("Dump: %v", err)
 			}
 			want, _ := f.Dump(ctx, tx.Table)
-			if d := Equal(want, got); d != "" {
+			if d := Diff(want, got); d != "" {
 				t.Fatalf("Dump differs from the Fake (- fake, + kernel):\n%s", d)
 			}
 			text := Render(got)

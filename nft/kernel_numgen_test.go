@@ -75,7 +75,7 @@ func TestKernelNumgenKeyedMaps(t *testing.T) {
 				t.Fatalf("Dump: %v", err)
 			}
 			want, _ := f.Dump(ctx, tx.Table)
-			if d := Equal(want, got); d != "" {
+			if d := Diff(want, got); d != "" {
 				t.Fatalf("Dump differs from the Fake (- fake, + kernel):\n%s", d)
 			}
 			for _, s := range got.Sets {

@@ -159,7 +159,8 @@ type nlMsg struct {
 }
 
 // nlParseMsgs splits one datagram into its messages, appended to out (reused by the caller),
-// without copying them: a dump of 350k elements is ~35 MB that would otherwise be copied twice.
+// without copying them: a large set's dump would otherwise be copied twice (bench/README.md,
+// "Sizes the code's layout rests on").
 func nlParseMsgs(out []nlMsg, b []byte) ([]nlMsg, error) {
 	for len(b) >= nlMsgHdrLen {
 		n := int(binary.NativeEndian.Uint32(b[0:4]))

@@ -10,12 +10,12 @@ import (
 	"time"
 )
 
-// Packed is an element in a compact binary form: one string of ~30 bytes where an Element
-// with its key and data takes ~310 (Element 120 bytes, a slot's six Values 192). The reconciler
+// Packed is an element in a compact binary form: one string, a tenth of the memory of an
+// Element with its key and data (bench/README.md, "Memory: peak resident set"). The reconciler
 // keeps every desired and applied element in this form, a full sync's hundreds of thousands of
 // them, and hands them to a Transaction as they are: *Packed is an Object like *Element, and
 // every consumer of a Transaction (the kernel's encoder, the Fake, the renderer) reads it
-// through ElementOf, the encoder into a reused scratch Element, so a packed element is never
+// through Unpack, the encoder into a reused scratch Element, so a packed element is never
 // expanded on the heap on the hot path.
 //
 // The string starts with the element's identity, ID: the set's name, a NUL, the key's values
@@ -234,18 +234,6 @@ func uvarintAt(s string, i int) (uint64, int) {
 
 func (*Packed) objectKind() string { return "element" }
 
-// ElementOf returns the element an Op's object is when it is one, *Element or *Packed (a
-// packed one unpacked in its own memory).
-func ElementOf(o Object) (Element, bool) {
-	switch e := o.(type) {
-	case *Element:
-		return *e, true
-	case *Packed:
-		return e.Unpack(), true
-	}
-	return Element{}, false
-}
-
 // elementScratch turns an Op's element object into an *Element without allocating: a *Packed
 // is unpacked into the scratch, which stays valid until the next call.
 type elementScratch struct {
@@ -272,19 +260,4 @@ func (sc *elementScratch) of(o Object) *Element {
 // offers it.
 type PackedDumper interface {
 	DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error)
-}
-
-// DumpPacked is Dump with the elements handed to each, packed (see PackedDumper).
-func (f *Fake) DumpPacked(ctx context.Context, t Table, each func(Packed)) (*Ruleset, error) {
-	rs, err := f.Dump(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	for _, els := range rs.Elements {
-		for i := range els {
-			each(Pack(&els[i]))
-		}
-	}
-	rs.Elements = nil
-	return rs, nil
 }

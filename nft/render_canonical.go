@@ -143,9 +143,11 @@ func CompareElements(a, b Element) int {
 	return CompareKeys(ea, eb)
 }
 
-// Equal compares two rulesets by their canonical rendered text. It returns "" when they hold the
-// same objects, or a line diff ("-" only in a, "+" only in b) for a test failure message.
-func Equal(a, b *Ruleset) (diff string) {
+// Diff compares two rulesets by their canonical rendered text. It returns "" when they hold the
+// same objects, or a line diff ("-" only in a, "+" only in b) for a test failure message. Tests
+// of this package and of others use it, so it lives here rather than in a test-support package
+// (which nft's own tests could not import).
+func Diff(a, b *Ruleset) (diff string) {
 	ta, tb := Render(a), Render(b)
 	if ta == tb {
 		return ""

@@ -133,10 +133,10 @@ func TestCanonicalEqual(t *testing.T) {
 		}
 		return rs
 	}
-	if d := Equal(mk(false, false), mk(true, false)); d != "" {
+	if d := Diff(mk(false, false), mk(true, false)); d != "" {
 		t.Errorf("Equal of the same ruleset in another order: got diff\n%s\nwant none", d)
 	}
-	d := Equal(mk(false, false), mk(false, true))
+	d := Diff(mk(false, false), mk(false, true))
 	if want := "+ accept comment \"extra\"\n"; d != want {
 		t.Errorf("Equal with one extra rule: got diff %q, want %q", d, want)
 	}
@@ -252,7 +252,7 @@ func TestRenderLoadsInNft(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Dump after nft -f: %v", err)
 			}
-			if d := Equal(rs, back); d != "" {
+			if d := Diff(rs, back); d != "" {
 				t.Errorf("nft -f of the text, read back with Dump, differs (- text, + read back):\n%s\ntext:\n%s", d, text)
 			}
 		})

@@ -1,9 +1,7 @@
 package nft
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -91,43 +89,4 @@ func renderOp(op Op, maps map[string]bool) string {
 		return renderLoud("bad-op", "flush of a rule")
 	}
 	return renderLoud("bad-object", fmt.Sprintf("%T", op.Object))
-}
-
-// SortElementRuns returns a copy of tx, one Op per operation (a PackedList's elements one by
-// one), in which each run of consecutive element ops with the same verb, table and set is
-// sorted by CompareElements; every other op keeps its place. The
-// reconciler sends a hash set's elements in map-iteration order (sorting a full sync's elements
-// cost more than the rest of its plan) and the kernel does not care about that order, so a test
-// comparing a sync's ops with a golden text sorts them first. The order of the runs themselves
-// (deletes before adds, rules before elements) is kept: that order matters.
-func SortElementRuns(tx *Transaction) *Transaction {
-	if tx == nil {
-		return nil
-	}
-	out := &Transaction{Table: tx.Table, Ops: make([]Op, 0, tx.Len())}
-	for _, op := range tx.All() {
-		out.Ops = append(out.Ops, op)
-	}
-	elem := func(op Op) *Element {
-		if e, ok := ElementOf(op.Object); ok {
-			return &e
-		}
-		return nil
-	}
-	for i := 0; i < len(out.Ops); {
-		e := elem(out.Ops[i])
-		j := i + 1
-		for e != nil && j < len(out.Ops) {
-			f := elem(out.Ops[j])
-			if f == nil || f.Set != e.Set || out.Ops[j].Verb != out.Ops[i].Verb || out.Ops[j].Table != out.Ops[i].Table {
-				break
-			}
-			j++
-		}
-		slices.SortStableFunc(out.Ops[i:j], func(a, b Op) int {
-			return cmp.Or(CompareElements(*elem(a), *elem(b)), strings.Compare(renderElement(*elem(a)), renderElement(*elem(b))))
-		})
-		i = j
-	}
-	return out
 }

@@ -1,9 +1,7 @@
 package nft
 
 import (
-	"fmt"
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
@@ -61,37 +59,5 @@ delete table ip6 nftproxy
 `
 	if got := tx.String(); got != want {
 		t.Errorf("rendered transaction (- want, + got):\n%s", golden.Diff(want, got))
-	}
-}
-
-// TestSortElementRuns sorts consecutive element ops of one verb on one set and keeps every other
-// op, and the runs themselves, in place.
-func TestSortElementRuns(t *testing.T) {
-	tb := Table{Family: IPv4, Name: "nftproxy"}
-	el := func(set string, n uint32) *Element { return &Element{Set: set, Key: []Value{Int(n)}} }
-	tx := NewTransaction(tb)
-	tx.Delete(el("m", 2))
-	tx.Delete(el("m", 1))
-	tx.Add(el("m", 9))
-	tx.Add(el("m", 3))
-	tx.Add(el("n", 5))
-	tx.Add(el("n", 4))
-	tx.Add(&Chain{Name: "c"})
-	tx.Add(el("m", 8))
-	tx.Add(el("m", 7))
-	var got []string
-	for _, op := range SortElementRuns(tx).Ops {
-		if e, ok := op.Object.(*Element); ok {
-			got = append(got, fmt.Sprintf("%s %s %d", op.Verb, e.Set, e.Key[0].Num))
-		} else {
-			got = append(got, "chain")
-		}
-	}
-	want := []string{"delete m 1", "delete m 2", "add m 3", "add m 9", "add n 4", "add n 5", "chain", "add m 7", "add m 8"}
-	if !slices.Equal(got, want) {
-		t.Errorf("SortElementRuns = %q, want %q", got, want)
-	}
-	if e := tx.Ops[0].Object.(*Element); e.Key[0].Num != 2 {
-		t.Error("SortElementRuns changed its input")
 	}
 }

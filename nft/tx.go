@@ -48,8 +48,8 @@ func (*Rule) objectKind() string     { return "rule" }
 // PackedList stands for one operation on each of its elements, in order: an Op whose object is
 // a PackedList is as many Ops on *Packed, with its verb and table. A full sync hands its
 // hundreds of thousands of element ops over so, the elements the caller's own (the
-// reconciler's indexes hold them), instead of an Op each: 48 bytes apiece, 10.5 MB at 10k
-// Services × 10 endpoints, held until the batch is sent. The elements must not change until the
+// reconciler's indexes hold them), instead of an Op each, held until the batch is sent
+// (bench/README.md, "Memory: peak resident set", gives what that saved). The elements must not change until the
 // transaction is applied. Len, All and Op count each element as one operation, and so does
 // OpError.Index.
 type PackedList struct{ Elements []*Packed }

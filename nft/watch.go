@@ -157,12 +157,6 @@ func (w *Watcher) takeMissed() (bool, error) {
 	return m, nil
 }
 
-// WithWatchBuffer sets the event socket's receive buffer in bytes (NewWatcher; default
-// DefaultWatchBuffer). Tests use a small one to provoke an overflow.
-func WithWatchBuffer(n int) KernelOption {
-	return func(c *kernelConfig) { c.watchBuffer = n }
-}
-
 // Close releases the socket; a Run in progress returns.
 func (w *Watcher) Close() error { return w.s.Close() }
 

@@ -18,6 +18,12 @@ var (
 	watchIP6 = Table{Family: IPv6, Name: "nftproxy"}
 )
 
+// withWatchBuffer sets the event socket's receive buffer in bytes (NewWatcher; default
+// DefaultWatchBuffer): a small one provokes an overflow.
+func withWatchBuffer(n int) KernelOption {
+	return func(c *kernelConfig) { c.watchBuffer = n }
+}
+
 // watchMsg builds one event as the kernel sends it: header with the committing port, nfgenmsg
 // with the family, attributes.
 func watchMsg(typ uint16, fam Family, pid uint32, attrs func(w *nlBuf)) nlMsg {
@@ -216,7 +222,7 @@ func TestKernelWatch(t *testing.T) {
 // Watcher reads, so its events cannot be drained as they come.
 func TestKernelWatchOverflow(t *testing.T) {
 	k, ns := kernelTestNS(t, "nftk-watch")
-	w, err := NewWatcher([]Table{watchIP}, k, WithNetNS(ns.Fd()), WithWatchBuffer(4096))
+	w, err := NewWatcher([]Table{watchIP}, k, WithNetNS(ns.Fd()), withWatchBuffer(4096))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ type Cleaner struct {
 }
 
 type options struct {
-	nsFd int
+	nsFd int // the network namespace to open the socket in; -1: the caller's (tests set one)
 	obs  Observer
 }
 
@@ -39,9 +39,6 @@ const socketTimeout = 10 * time.Second
 
 // Option configures New.
 type Option func(*options)
-
-// WithNetNSFd opens the netlink socket in the network namespace of fd (tests use a private one).
-func WithNetNSFd(fd int) Option { return func(o *options) { o.nsFd = fd } }
 
 // WithObserver reports each family's deletions and duration to obs.
 func WithObserver(obs Observer) Option { return func(o *options) { o.obs = obs } }

@@ -164,7 +164,7 @@ func TestReporterSendsKernelRefusals(t *testing.T) {
 	tr.UpsertService(svc)
 	key := model.ServiceKey{Namespace: "ns", Name: "a"}
 	refusal := rej(model.ReasonKernelRefused, "service ns/a: the kernel refused its rules")
-	tr.RefuseService(key, tr.Service(key), refusal)
+	tr.RecordKernelRefusal(key, tr.Service(key), refusal)
 
 	rec := events.NewFakeRecorder(10)
 	r := newReporter(rec, func(model.ServiceKey) *corev1.Service { return svc }, time.Minute, time.Now, logr.Discard())

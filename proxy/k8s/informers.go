@@ -108,9 +108,8 @@ func slimList(sl *slimmer, l runtime.Object) error {
 // list asks for resourceVersion "0" (whatever the API server's watch cache holds), which the
 // API server answers in one response whatever the limit: every Service and EndpointSlice, the
 // whole response and every object decoded from it whole, are in memory at once, before the
-// first is slimmed (cmd/nftproxy/app's BenchmarkKubeMemoryProfile at 10,000 Services of 10
-// endpoints: a peak heap of 125-133 MB and VmHWM 166-173 MB until the informers synced;
-// 114-117 MB and 154-159 MB with paged lists). A consistent list (resourceVersion "") honours
+// first is slimmed; paged lists lower the peak (bench/README.md, "Memory: peak resident set",
+// measures both with BenchmarkKubeMemoryProfile). A consistent list (resourceVersion "") honours
 // the limit, and from Kubernetes 1.34 on (ListFromCacheSnapshot, beta and on by default;
 // consistent reads from the cache are GA) the API server serves it and its continuations from
 // the watch cache, as it serves "0". An older API server would serve a paged consistent list

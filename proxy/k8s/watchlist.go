@@ -15,8 +15,8 @@ const WatchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 // WatchListClient feature, off by default in client-go 0.34), ended by a bookmark. Each object
 // is decoded on its own and passes the informer's transform (the slimmer, the parsed slices) as
 // it arrives, so the initial state is never in memory twice: a list holds every page of the
-// response and every object decoded whole until the last page is in (cmd/nftproxy/app's
-// BenchmarkKubeMemoryProfile measures both).
+// response and every object decoded whole until the last page is in (bench/README.md, "Memory:
+// peak resident set", gives both as BenchmarkKubeMemoryProfile measures them).
 //
 // The API server serves streams from its watch cache when its WatchList feature is on (beta
 // and on by default from 1.32, off in 1.33, on again from 1.34); otherwise it refuses the

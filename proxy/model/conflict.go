@@ -108,7 +108,8 @@ type claimIndex map[claimKey]*claimants
 
 // claimants are the Services claiming ports at one key. Most keys (a Service's own cluster IP)
 // have one; the node ports of a protocol have thousands. The first few are kept in a slice and
-// scanned: a map per key cost ~500 bytes, ~9 MB of a 10k-Service model. Once more claim the
+// scanned: a map per key would cost more than the claims it holds (bench/README.md, "Sizes the
+// code's layout rests on"). Once more claim the
 // key, their claims are indexed by port (manyClaimants).
 type claimants struct {
 	few  []serviceClaims // while at most fewClaimants Services claim the key
@@ -326,8 +327,7 @@ func (m *manyClaimants) overlapping(c claim, fn func(ServiceKey, claim)) {
 
 // add indexes claims, svc's claims, which must not be modified afterwards: where the claims at
 // one key are consecutive in the list, the most common case by far (one claim at the key), the
-// index holds that part of the list itself rather than a copy (copies took ~1.8 MB at 10k
-// Services).
+// index holds that part of the list itself rather than a copy.
 func (ix claimIndex) add(svc ServiceKey, claims []claim) {
 	for i, c := range claims {
 		if slices.ContainsFunc(claims[:i], func(o claim) bool { return o.key == c.key }) {

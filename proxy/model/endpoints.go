@@ -17,8 +17,9 @@ import (
 
 // EndpointSlice is what the model reads of one discovery EndpointSlice, parsed once when it
 // arrives (ParseEndpointSlice). The Tracker keeps this instead of the API object, and manifest
-// mode keeps nothing else: at 10,000 slices of 10 endpoints the decoded objects took ~30 MB and
-// this takes ~11 MB, and a Service's conversion no longer parses its slices again. It must not
+// mode keeps nothing else: it takes about a third of the decoded objects' memory
+// (bench/README.md, "Sizes the code's layout rests on"), and a Service's conversion no longer
+// parses its slices again. It must not
 // be modified once made: the Tracker, a source's cache and the models' ServicePorts share it.
 type EndpointSlice struct {
 	Namespace, Name string

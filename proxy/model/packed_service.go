@@ -9,9 +9,9 @@ import (
 
 // PackedService is a Service kept in its protobuf encoding, for a source that holds thousands
 // of them for the life of the process: the Kubernetes source's informer cache and the Tracker
-// share one (UpsertPackedService). A slimmed Service decodes into ~900 bytes of structs,
-// strings and slices (the Service struct alone is 592) and encodes into ~200; the Tracker reads
-// one only to convert it again (its slices or the node changed), and decoding it costs ~1 µs.
+// share one (UpsertPackedService). A slimmed Service encodes into a fraction of what it decodes
+// into; the Tracker reads one only to convert it again (its slices or the node changed), and
+// decoding is cheap beside that conversion (bench/README.md, "Memory: peak resident set").
 // A PackedService never changes.
 type PackedService struct {
 	key ServiceKey

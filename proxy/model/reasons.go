@@ -78,7 +78,7 @@ const (
 	// logged once per change, and render lists it.
 	ReasonNodePortNotAssigned = "NodePortNotAssigned"
 	// ReasonCostLimit: the Service's rules would cost the kernel more than --max-service-cost
-	// (chains, rules and elements, each named set counting reconciler.SetCost); it is not
+	// (chains, rules and elements, each named set counting fragment.SetCost); it is not
 	// programmed, so it cannot stall the syncs of every other Service.
 	ReasonCostLimit = "CostLimit"
 )

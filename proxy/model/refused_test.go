@@ -18,7 +18,7 @@ func TestTrackerRefusedService(t *testing.T) {
 	tried := tr.Service(keyOf("a"))
 	refusal := &Rejection{Reason: ReasonKernelRefused, Message: "service ns/a: the kernel refused it"}
 
-	tr.RefuseService(keyOf("a"), tried, refusal)
+	tr.RecordKernelRefusal(keyOf("a"), tried, refusal)
 	if s := tr.Snapshot().Services[keyOf("a")]; s == nil || s.Rejected != refusal || len(s.Ports) != 0 {
 		t.Fatalf("snapshot after the refusal = %+v; want rejected with %s and no ports", s, ReasonKernelRefused)
 	}
@@ -28,7 +28,7 @@ func TestTrackerRefusedService(t *testing.T) {
 	if n := tr.Pending(); n != 0 {
 		t.Fatalf("%d pending changes after the refusal; want 0 (the sync loop already took it out)", n)
 	}
-	tr.RefuseService(keyOf("a"), tried, refusal)
+	tr.RecordKernelRefusal(keyOf("a"), tried, refusal)
 	if got := rec.take(); len(got) != 0 {
 		t.Fatalf("a repeated refusal was reported again: %v", got)
 	}
@@ -45,7 +45,7 @@ func TestTrackerRefusedService(t *testing.T) {
 	}
 
 	// Refused, then the Service changes: the new version is published (to be tried).
-	tr.RefuseService(keyOf("a"), tried, refusal)
+	tr.RecordKernelRefusal(keyOf("a"), tried, refusal)
 	tr.UpsertEndpointSlice(sliceFixture("a-1", "a", discoveryv1.AddressTypeIPv4,
 		[]discoveryv1.EndpointPort{slicePortFixture("http", 8080)}, epFixture{addr: "10.244.0.1"}))
 	s := tr.Service(keyOf("a"))
@@ -63,7 +63,7 @@ func TestTrackerRefusedService(t *testing.T) {
 	tr.TakeChanges()
 
 	// A refusal of a version that is no longer current is stale: ignored.
-	tr.RefuseService(keyOf("a"), tried, refusal)
+	tr.RecordKernelRefusal(keyOf("a"), tried, refusal)
 	if s := tr.Service(keyOf("a")); s == nil || s.Rejected != nil {
 		t.Fatalf("a stale refusal rejected the current model: %+v", s)
 	}

@@ -79,7 +79,7 @@ type trackedService struct {
 	final    *Service // published model; nil when ignored
 	warnings []string
 	// refused is the accepted model the kernel refused (final then holds the rejection); nil
-	// when not refused. See RefuseService.
+	// when not refused. See RecordKernelRefusal.
 	refused *Service
 	// lost are the claims the Service lost to older Services at its last conflict resolution;
 	// an endpoint change settles its new model with them (see settle).
@@ -442,12 +442,12 @@ func (t *Tracker) publish(finals map[ServiceKey]*Service) []rejectionEvent {
 	return events
 }
 
-// RefuseService records that the kernel refused tried, the model of key that the sync loop
+// RecordKernelRefusal records that the kernel refused tried, the model of key that the sync loop
 // tried to program: the Service is published as rejected with r, so it is reported like any
 // rejection (OnRejection, Snapshot, Events), until it changes or RetryRefused. It is not marked
 // changed: the sync loop has already taken it out. A tried model that is no longer current (the
 // Service changed meanwhile) is left alone: its new version is still to be tried.
-func (t *Tracker) RefuseService(key ServiceKey, tried *Service, r *Rejection) {
+func (t *Tracker) RecordKernelRefusal(key ServiceKey, tried *Service, r *Rejection) {
 	t.update(func() []rejectionEvent {
 		ts := t.services[key]
 		if ts == nil || ts.final == nil || ts.final != tried || tried.Rejected != nil {

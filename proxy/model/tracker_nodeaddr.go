@@ -89,7 +89,8 @@ func (t *Tracker) indexAddrs(key ServiceKey, ts *trackedService, addrs []netip.A
 }
 
 // keySet is the Services naming one address. Nearly every address (a cluster IP) has one: the
-// first few are kept in a slice (a map per address cost ~350 bytes), a map past fewClaimants.
+// first few are kept in a slice (a map per address costs more than the few keys it would
+// hold), a map past fewClaimants.
 type keySet struct {
 	few  []ServiceKey
 	many map[ServiceKey]bool

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
-// What one Service may cost a sync (costs in reconciler.Fragment.Cost's unit: kernel objects,
+// What one Service may cost a sync (costs in fragment.Fragment.Cost's unit: kernel objects,
 // in elements' worth). A sync is one kernel transaction, and the kernel installs it under one
 // lock: while it does, no other change reaches packets. So the cost of each Service is bounded
 // (above the bound it is rejected with model.ReasonCostLimit), and a Service whose change may
@@ -25,8 +26,9 @@ const (
 	// isolateCost: a change that may cost more (its new fragment's or its old one's, whichever
 	// is larger) is committed in its own transaction, after the sync's other changes (several
 	// such changes: one transaction each, first come first, in the same sync, so that a sync
-	// still commits everything it took). About 5 ms of kernel time: cheaper changes go out
-	// together, as one extra transaction would cost more than they do.
+	// still commits everything it took). Cheaper changes go out together, as one extra
+	// transaction would cost more than they do (bench/README.md, "Sizes the code's layout
+	// rests on").
 	isolateCost = 1024
 )
 
@@ -112,18 +114,18 @@ func OverCost(key model.ServiceKey, cost, limit int) *model.Rejection {
 	}
 	return &model.Rejection{Reason: model.ReasonCostLimit, Message: fmt.Sprintf(
 		"service %s: its rules would cost the kernel %d objects (chains, rules and elements; a named set counts %d), over the limit of %d (--max-service-cost); it is not programmed, every other Service is; split the Service or raise --max-service-cost",
-		key, cost, reconciler.SetCost, limit)}
+		key, cost, fragment.SetCost, limit)}
 }
 
 // overCost takes key's Service out of the ruleset and reports it with ReasonCostLimit.
 func (p *Proxier) overCost(key model.ServiceKey, s *model.Service, cost int) {
 	for _, b := range p.builders {
-		p.rec.Set(b.Table(), reconciler.Owner(key), reconciler.Fragment{})
+		p.rec.Set(b.Table(), reconciler.Owner(key), fragment.Fragment{})
 	}
 	p.stage(key, nil)
 	r := OverCost(key, cost, p.maxCost)
 	if rf, ok := p.src.(Refuser); ok {
-		rf.RefuseService(key, s, r)
+		rf.RecordKernelRefusal(key, s, r)
 		return
 	}
 	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)

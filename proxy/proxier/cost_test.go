@@ -270,7 +270,7 @@ func TestStatusProgressMovesDuringASync(t *testing.T) {
 	go func() { r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	r.Notify()
-	<-r.Synced()
+	<-r.synced
 	first := r.Status().LastSuccess
 
 	entered, release := make(chan struct{}), make(chan struct{})

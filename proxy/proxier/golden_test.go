@@ -15,6 +15,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/golden"
+	"github.com/nftproxy/nftproxy/test/nfttest"
 )
 
 // txLog keeps every transaction the kernel took.
@@ -99,7 +100,7 @@ func TestSyncGolden(t *testing.T) {
 			}
 			var got strings.Builder
 			for i, tx := range kernel.txs[first:] {
-				fmt.Fprintf(&got, "# transaction %d\n%s", i+1, nft.RenderTransaction(nft.SortElementRuns(tx)))
+				fmt.Fprintf(&got, "# transaction %d\n%s", i+1, nft.RenderTransaction(nfttest.SortElementRuns(tx)))
 			}
 			golden.Check(t, filepath.Join("testdata", "sync", st.name+".nft"), got.String())
 		})

@@ -18,12 +18,6 @@ type Hook interface {
 	AfterCommit(ctx context.Context, c *Commit) error
 }
 
-// HookFunc adapts a function to Hook.
-type HookFunc func(ctx context.Context, c *Commit) error
-
-// AfterCommit calls f.
-func (f HookFunc) AfterCommit(ctx context.Context, c *Commit) error { return f(ctx, c) }
-
 // Commit is what one successful sync committed, as its hooks see it.
 type Commit struct {
 	// Changed maps every Service the sync programmed, changed or removed to the model now in

@@ -11,6 +11,12 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
+// hookFunc adapts a function to Hook.
+type hookFunc func(ctx context.Context, c *Commit) error
+
+// AfterCommit calls f.
+func (f hookFunc) AfterCommit(ctx context.Context, c *Commit) error { return f(ctx, c) }
+
 // hookCall is what one AfterCommit saw.
 type hookCall struct {
 	name    string
@@ -30,7 +36,7 @@ func TestHooksSeeChangesOfFailedSyncs(t *testing.T) {
 	p := newProxier(t, k, tr, nil)
 	var calls []hookCall
 	record := func(name string, err error) Hook {
-		return HookFunc(func(_ context.Context, c *Commit) error {
+		return hookFunc(func(_ context.Context, c *Commit) error {
 			calls = append(calls, hookCall{name, c.Changed})
 			return err
 		})

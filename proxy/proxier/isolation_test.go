@@ -17,6 +17,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/nfttest"
 )
 
 // kernels runs a test on the fake and, as root, on the real kernel in a fresh namespace.
@@ -196,7 +197,7 @@ func matchesModel(t *testing.T, k nft.Interface, tr *model.Tracker) {
 		}
 	}
 	got.Chains = chains
-	if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+	if d := nft.Diff(nft.Canonical(got), nft.Canonical(want)); d != "" {
 		t.Fatalf("the kernel differs from a fresh build of the model (- kernel, + wanted):\n%s", d)
 	}
 }
@@ -469,6 +470,6 @@ func portRange(s *corev1.Service) {
 // elementOf returns an op's element, whether the op carries it packed (as the reconciler sends
 // its elements) or not.
 func elementOf(o nft.Object) (*nft.Element, bool) {
-	e, ok := nft.ElementOf(o)
+	e, ok := nfttest.ElementOf(o)
 	return &e, ok
 }

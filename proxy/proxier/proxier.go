@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
@@ -50,8 +51,8 @@ type Source interface {
 // Refuser is implemented by a Source that reports Services the kernel refused (model.Tracker:
 // as rejections, so logs, nftproxy_invalid_services_total and Events report them).
 type Refuser interface {
-	// RefuseService records that the kernel refused tried, the model of key a sync tried.
-	RefuseService(key model.ServiceKey, tried *model.Service, r *model.Rejection)
+	// RecordKernelRefusal records that the kernel refused tried, the model of key a sync tried.
+	RecordKernelRefusal(key model.ServiceKey, tried *model.Service, r *model.Rejection)
 	// RetryRefused makes every refused Service a pending change again.
 	RetryRefused()
 }
@@ -96,9 +97,9 @@ type Proxier struct {
 	// retryStarts are the change starts of failed syncs, measured when a sync commits them.
 	retryStarts map[model.ServiceKey][]time.Time
 
-	maxCost int                   // the bound of one Service's cost (0: none); see cost.go
-	isolate int                   // isolateCost (a benchmark compares with one transaction)
-	frags   []reconciler.Fragment // place's fragments, one per builder
+	maxCost int                 // the bound of one Service's cost (0: none); see cost.go
+	isolate int                 // isolateCost (a benchmark compares with one transaction)
+	frags   []fragment.Fragment // place's fragments, one per builder
 	// heavyQ are the Services whose change waits for a transaction of its own, first come
 	// first; heavyIn holds the same keys, heavyStarts their change starts.
 	heavyQ      []model.ServiceKey
@@ -119,7 +120,7 @@ func New(src Source, kernel nft.Interface, builders []*ruleset.Builder, obs Obse
 	}
 	return &Proxier{src: src, builders: builders, obs: obs, log: log, now: now,
 		changed: map[model.ServiceKey]*model.Service{}, rec: reconciler.New(kernel, log, now, tables...),
-		refused: map[model.ServiceKey]bool{}, maxCost: DefaultMaxServiceCost, isolate: isolateCost, frags: make([]reconciler.Fragment, len(builders)),
+		refused: map[model.ServiceKey]bool{}, maxCost: DefaultMaxServiceCost, isolate: isolateCost, frags: make([]fragment.Fragment, len(builders)),
 		heavyIn: map[model.ServiceKey]bool{}, heavyStarts: map[model.ServiceKey][]time.Time{}}
 }
 
@@ -279,7 +280,7 @@ func (p *Proxier) setAll(snap model.Snapshot) {
 		t := b.Table()
 		for _, o := range p.rec.Owners(t) {
 			if k := model.ServiceKey(o); !o.IsBase() && snap.Services[k] == nil {
-				p.rec.Set(t, o, reconciler.Fragment{})
+				p.rec.Set(t, o, fragment.Fragment{})
 				p.stage(k, nil)
 			}
 		}
@@ -331,7 +332,7 @@ func (p *Proxier) commit(ctx context.Context, full bool, limit int) (reconciler.
 func (p *Proxier) refuse(owner reconciler.Owner, oe *nft.OpError) {
 	key := model.ServiceKey(owner)
 	for _, b := range p.builders {
-		p.rec.Set(b.Table(), owner, reconciler.Fragment{})
+		p.rec.Set(b.Table(), owner, fragment.Fragment{})
 	}
 	p.refused[key] = true
 	p.stage(key, nil)
@@ -346,7 +347,7 @@ func (p *Proxier) refuse(owner reconciler.Owner, oe *nft.OpError) {
 		if !ok {
 			tried = p.src.Service(key) // not handed over in this sync: what the kernel held
 		}
-		rf.RefuseService(key, tried, r)
+		rf.RecordKernelRefusal(key, tried, r)
 		return
 	}
 	p.log.Info("service rejected: not programmed", "service", key.String(), "reason", r.Reason, "message", r.Message)

@@ -249,7 +249,7 @@ func TestRunnerBacksOffAndRecovers(t *testing.T) {
 	k.set(false)
 	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
 	waitFor(t, "recovery", func() bool { return len(endpointsOf(t, k, pn)) == 1 })
-	<-r.Synced()
+	<-r.synced
 	if _, failures, _, _ := rec.get(); failures == 0 {
 		t.Error("failures were not reported to the observer")
 	}
@@ -281,7 +281,7 @@ func TestRunnerWaitsForReadySources(t *testing.T) {
 	ready = true
 	mu.Unlock()
 	r.Notify()
-	<-r.Synced()
+	<-r.synced
 	if syncs, _, full, _ := rec.get(); syncs != 1 || full != 1 {
 		t.Errorf("after ready: %d syncs (%d full), want exactly one full sync with the whole model", syncs, full)
 	}
@@ -388,6 +388,6 @@ func runWebWith(t *testing.T, cfg RunConfig) (*locked, *model.Tracker, *recorder
 	r.Notify()
 	pn := model.PortName{Service: model.ServiceKey{Namespace: "default", Name: "web"}, Port: "http", Protocol: model.TCP}
 	waitFor(t, "one endpoint programmed", func() bool { return len(endpointsOf(t, fake, pn)) == 1 })
-	<-r.Synced()
+	<-r.synced
 	return fake, tr, rec, r, pn
 }

@@ -110,9 +110,6 @@ func (r *Runner) SuspectDrift() {
 	r.Notify()
 }
 
-// Synced is closed once the first sync has succeeded.
-func (r *Runner) Synced() <-chan struct{} { return r.synced }
-
 // Run syncs until ctx is cancelled. The first sync is a full one (read the kernel back, send
 // only the differences: no flush-and-rebuild window). The rules stay in the kernel on return.
 func (r *Runner) Run(ctx context.Context) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // The packet path fills dynamic maps with "update @m { key : data }" (ClientIP affinity: client
@@ -51,7 +52,7 @@ func dataKey(set string, data []nft.Value) (recordedKey, bool) {
 }
 
 // chain adds (delta 1) or removes (-1) the recordings of c's rules.
-func (rc *recorded) chain(c *ChainDef, delta int) {
+func (rc *recorded) chain(c *fragment.ChainDef, delta int) {
 	if c == nil {
 		return
 	}
@@ -92,7 +93,7 @@ func (rc *recorded) declared(ks []recordedKey, delta int) {
 }
 
 // recordedKeys are the keys of a fragment's declared data, all-zero data left out.
-func recordedKeys(rs []Recorded) []recordedKey {
+func recordedKeys(rs []fragment.Recorded) []recordedKey {
 	var out []recordedKey
 	for _, r := range rs {
 		if k, ok := dataKey(r.Set, r.Data); ok {

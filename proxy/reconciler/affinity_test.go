@@ -12,19 +12,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
 // affinityFragments are a base layout with a dynamic "client . frontend -> endpoint" map and a
 // Service whose chain records its endpoints (eps, 198.18.128.x:8080) into it.
-func affinityBase() reconciler.Fragment {
+func affinityBase() fragment.Fragment {
 	a := nft.TypeIPv4Addr
-	return reconciler.Fragment{Sets: []nft.Set{{Name: "affinity", Key: []nft.Type{a, a, nft.TypeInetProto, nft.TypeInetService},
+	return fragment.Fragment{Sets: []nft.Set{{Name: "affinity", Key: []nft.Type{a, a, nft.TypeInetProto, nft.TypeInetService},
 		Data: []nft.Type{a, nft.TypeInetService}, Dynamic: true, HasTimeout: true, Size: 1024}}}
 }
 
-func affinityService(eps ...string) reconciler.Fragment {
+func affinityService(eps ...string) fragment.Fragment {
 	key := []nft.Field{nft.FieldSaddr, nft.FieldDaddr, nft.FieldL4Proto, nft.FieldDport}
 	var rs []nft.Rule
 	for i, ep := range eps {
@@ -38,15 +39,15 @@ func affinityService(eps ...string) reconciler.Fragment {
 			nft.DNAT{Addr: a, Port: 8080})
 		rs = append(rs, nft.Rule{Chain: "svc-web", Exprs: ex})
 	}
-	return reconciler.Fragment{Chains: []reconciler.ChainDef{{Chain: nft.Chain{Name: "svc-web"}, Rules: rs}}}
+	return fragment.Fragment{Chains: []fragment.ChainDef{{Chain: nft.Chain{Name: "svc-web"}, Rules: rs}}}
 }
 
 // affinityDeclared is affinityService whose endpoints are recorded after DNAT from the packet
 // (a rule with data fields, in a chain of the base layout): the fragment declares them instead.
-func affinityDeclared(eps ...string) reconciler.Fragment {
-	var f reconciler.Fragment
+func affinityDeclared(eps ...string) fragment.Fragment {
+	var f fragment.Fragment
 	for _, ep := range eps {
-		f.Recorded = append(f.Recorded, reconciler.Recorded{Set: "affinity", Data: []nft.Value{nft.Addr(netip.MustParseAddr(ep)), nft.Port(8080)}})
+		f.Recorded = append(f.Recorded, fragment.Recorded{Set: "affinity", Data: []nft.Value{nft.Addr(netip.MustParseAddr(ep)), nft.Port(8080)}})
 	}
 	return f
 }

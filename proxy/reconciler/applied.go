@@ -1,13 +1,16 @@
 package reconciler
 
-import "github.com/nftproxy/nftproxy/nft"
+import (
+	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
+)
 
 // appliedIndex is one table's objects and elements as the kernel holds them (as far as we
 // know). Once a Commit made it the table's applied index, it is linked to the desired index:
 // every element the kernel holds as it is wanted is the desired entry's own, marked applied,
 // and elems holds only the others (an element nobody wants any more, a dynamic set's, the old
-// value of a change not committed yet). A map of every element beside the desired one cost
-// ~43 bytes per element (~10 MB at 10k Services × 10 endpoints). A read-back of the kernel is
+// value of a change not committed yet), not a map of every element beside the desired one
+// (bench/README.md, "Sizes the code's layout rests on"). A read-back of the kernel is
 // not linked: elems holds everything it read.
 type appliedIndex struct {
 	objects
@@ -136,7 +139,7 @@ func (ix *appliedIndex) addDump(rs *nft.Ruleset) {
 		byChain[r.Chain] = append(byChain[r.Chain], r)
 	}
 	for _, c := range rs.Chains {
-		ix.putChain(&ChainDef{Chain: c, Rules: byChain[c.Name]})
+		ix.putChain(&fragment.ChainDef{Chain: c, Rules: byChain[c.Name]})
 	}
 	for i := range rs.Sets {
 		s := rs.Sets[i]

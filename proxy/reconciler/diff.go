@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // keys are the names whose desired and applied states may differ. With allElems, every element
@@ -259,8 +260,8 @@ func (p *plan) emit(tx *nft.Transaction) {
 	for i := range p.addRules {
 		tx.Add(&p.addRules[i])
 	}
-	// The elements as the indexes hold them, one Op for all (a 48-byte Op each was 10.5 MB
-	// at 10k Services, held with the batch until it is sent).
+	// The elements as the indexes hold them, one Op for all (an Op each would be held with the
+	// batch until it is sent; bench/README.md, "Memory: peak resident set").
 	if len(p.addElems) > 0 {
 		tx.Add(&nft.PackedList{Elements: p.addElems})
 	}
@@ -315,7 +316,7 @@ func (p *plan) commit(tb *table, now time.Time) {
 		if _, ok := d.chains[n]; ok {
 			copyChain(n)
 		} else if ac, ok := a.chains[n]; ok {
-			a.putChain(&ChainDef{Chain: ac.Chain})
+			a.putChain(&fragment.ChainDef{Chain: ac.Chain})
 		}
 	}
 	for n := range p.keys.chains {
@@ -384,8 +385,8 @@ func sortedRefs(ix *objects, set string) []string { return sorted(ix.refs[set]) 
 // set's elements into few messages; within an interval set, in the renderer's canonical order:
 // the kernel lists interval-set elements in the order they were added, and a full sync must list
 // exactly as `nftproxy render` loaded with nft -f does. Hash sets list in the kernel's own order,
-// so their elements keep the order they came in. The grouping is a counting sort by set (a
-// comparison sort of a full sync's elements by set name cost ~0.1 s at 10k Services); only the
+// so their elements keep the order they came in. The grouping is a counting sort by set (linear:
+// a comparison sort of a full sync's elements by set name is not); only the
 // interval sets' groups are sorted, unpacked once each. It orders pointers: the elements are
 // the indexes' own.
 func orderElements(els []*nft.Packed, ix *objects) []*nft.Packed {

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
@@ -58,7 +59,7 @@ func TestRefusedElementsOfManyOwnersNameEachOnce(t *testing.T) {
 	set := nft.Set{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}
 	// The kernel holds an element nobody wants: deleting it is no owner's op.
 	pre := reconciler.New(f, logr.Discard(), time.Now, tbl)
-	pre.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}, Elements: []nft.Element{el("198.18.0.9")}})
+	pre.Set(tbl, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{set}, Elements: []nft.Element{el("198.18.0.9")}})
 	if _, err := pre.Commit(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +68,10 @@ func TestRefusedElementsOfManyOwnersNameEachOnce(t *testing.T) {
 		addr("198.18.0.1"): true, addr("198.18.0.2"): true, addr("198.18.0.3"): true, addr("198.18.0.4"): true}}
 	r := reconciler.New(k, logr.Discard(), time.Now, tbl)
 	a, b, c := reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Owner{Namespace: "ns", Name: "b"}, reconciler.Owner{Namespace: "ns", Name: "c"}
-	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}})
-	r.Set(tbl, c, reconciler.Fragment{Elements: []nft.Element{el("198.18.0.1"), el("198.18.0.5")}})
-	r.Set(tbl, b, reconciler.Fragment{Elements: []nft.Element{el("198.18.0.2"), el("198.18.0.3")}})
-	r.Set(tbl, a, reconciler.Fragment{Elements: []nft.Element{el("198.18.0.3"), el("198.18.0.4")}})
+	r.Set(tbl, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, c, fragment.Fragment{Elements: []nft.Element{el("198.18.0.1"), el("198.18.0.5")}})
+	r.Set(tbl, b, fragment.Fragment{Elements: []nft.Element{el("198.18.0.2"), el("198.18.0.3")}})
+	r.Set(tbl, a, fragment.Fragment{Elements: []nft.Element{el("198.18.0.3"), el("198.18.0.4")}})
 	_, err := r.Commit(context.Background(), false)
 	if err == nil {
 		t.Fatal("commit succeeded, want the injected refusals")
@@ -147,15 +148,15 @@ func TestSharedElementOutlivesItsReplacedEntry(t *testing.T) {
 	}
 	a, b := reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Owner{Namespace: "ns", Name: "b"}
 	m := nft.Set{Name: "m", Key: []nft.Type{nft.TypeIPv4Addr}, Data: []nft.Type{nft.TypeIPv4Addr}}
-	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{m}})
-	r.Set(tbl, a, reconciler.Fragment{Elements: []nft.Element{el("198.18.1.1")}})
-	r.Set(tbl, b, reconciler.Fragment{Elements: []nft.Element{el("198.18.1.1")}})
+	r.Set(tbl, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{m}})
+	r.Set(tbl, a, fragment.Fragment{Elements: []nft.Element{el("198.18.1.1")}})
+	r.Set(tbl, b, fragment.Fragment{Elements: []nft.Element{el("198.18.1.1")}})
 	kernelHolds("both set", "198.18.1.1")
-	r.Set(tbl, b, reconciler.Fragment{Elements: []nft.Element{el("198.18.1.2")}})
+	r.Set(tbl, b, fragment.Fragment{Elements: []nft.Element{el("198.18.1.2")}})
 	kernelHolds("b changed it", "198.18.1.2")
-	r.Set(tbl, a, reconciler.Fragment{})
+	r.Set(tbl, a, fragment.Fragment{})
 	kernelHolds("a left", "198.18.1.2")
-	r.Set(tbl, b, reconciler.Fragment{})
+	r.Set(tbl, b, fragment.Fragment{})
 	kernelHolds("b left")
 }
 
@@ -172,7 +173,7 @@ func TestChurnKeepsTheAppliedStateTrue(t *testing.T) {
 	m := nft.Set{Name: "m", Key: []nft.Type{nft.TypeIPv4Addr}, Data: []nft.Type{nft.TypeIPv4Addr}}
 	f := nft.NewFake()
 	r := reconciler.New(f, logr.Discard(), time.Now, tbl)
-	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{m}})
+	r.Set(tbl, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{m}})
 	rnd := rand.New(rand.NewPCG(15, 1))
 	const keys, owners = 12, 5
 	holds := make([]map[int]bool, owners) // per owner, the keys of its fragment
@@ -212,7 +213,7 @@ func TestChurnKeepsTheAppliedStateTrue(t *testing.T) {
 				holds[o][k], last[k] = true, v
 				els = append(els, nft.Element{Set: "m", Key: []nft.Value{ip(k)}, Data: []nft.Value{ip(v)}})
 			}
-			r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: strconv.Itoa(o)}, reconciler.Fragment{Elements: els})
+			r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: strconv.Itoa(o)}, fragment.Fragment{Elements: els})
 		case x < 65: // the kernel refuses an element op, if the Commit has one
 			k := ip(rnd.IntN(keys))
 			f.RefuseOp = func(op nft.Op) syscall.Errno {

@@ -18,14 +18,14 @@ type keyed interface {
 // idIndex is a set of pointers by the ID of their element: an open-addressing hash table
 // (linear probing), the ID read from the pointer's target. A Go map of string to pointer keeps
 // the key's 16-byte header beside the 8-byte pointer in every slot, in tables that grow by
-// doubling: ~36 bytes an element, 8 MB of a 10k-Service table's 226k elements, and as much again
-// for a restart's read-back. This table holds 9 bytes a slot at most 80% full: ~3.5 MB.
+// doubling, and as much again for a restart's read-back. This table holds a pointer and a tag
+// byte a slot, at most 80% full (bench/README.md, "Sizes the code's layout rests on").
 //
 // Each slot has a tag byte beside it: empty, deleted, or 8 bits of its entry's hash. A probe
 // reads the dense tags and follows a pointer only when its tag matches, so a lookup does not
 // load the entries (and compare their IDs, which share the set's name as a long prefix) of the
-// slots it passes: at 80% full a miss passes ~13 slots. Without the tags, a restart at 10k
-// Services spent ~170 ms of its CPU in these probes.
+// slots it passes, and a miss at 80% full passes many. Without the tags a restart spent a
+// visible share of its CPU in these probes (bench/README.md, section B).
 //
 // Iteration (each) may delete the entry it is given, and replace entries, but must not add one:
 // adding may grow the table, as nothing in the reconciler does while it iterates.

@@ -11,6 +11,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/test/golden"
+	"github.com/nftproxy/nftproxy/test/nfttest"
 )
 
 // A partial sync is a list of steps after the same starting state; each step changes the model
@@ -85,7 +86,7 @@ func runPartialSync(t *testing.T, r *recorder, ps partialSync) string {
 		}
 		fmt.Fprintf(&b, "# transaction %d\n", i+1)
 		if r.last != nil {
-			b.WriteString(nft.RenderTransaction(nft.SortElementRuns(r.last)))
+			b.WriteString(nft.RenderTransaction(nfttest.SortElementRuns(r.last)))
 		}
 	}
 	h.check()

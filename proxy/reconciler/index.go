@@ -4,11 +4,12 @@ import (
 	"reflect"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // elemEntry is one desired element and how many owners want it (a ClusterIP with several
 // ports, an endpoint behind several Services). The element is kept packed (nft.Packed: one
-// string of ~30 bytes instead of an nft.Element of 120 and its values of 192), and the index's
+// short string instead of an nft.Element and its values), and the index's
 // key is its packing's ID prefix, so an entry is 32 bytes and its element one allocation. Who
 // wants the element is not kept here (an Owner is 32 bytes) but found in the owners' records, on
 // the failure path alone (see ownersOf).
@@ -38,7 +39,7 @@ func (e *elemEntry) replace(el nft.Packed) *elemEntry {
 
 // objects are one table's chains and sets, by name, and which chains name each set.
 type objects struct {
-	chains map[string]*ChainDef
+	chains map[string]*fragment.ChainDef
 	sets   map[string]*nft.Set
 	// refs lists, per set, the chains whose rules name it.
 	refs map[string]map[string]bool
@@ -54,14 +55,14 @@ type desiredIndex struct {
 }
 
 func newObjects() objects {
-	return objects{chains: map[string]*ChainDef{}, sets: map[string]*nft.Set{}, refs: map[string]map[string]bool{}}
+	return objects{chains: map[string]*fragment.ChainDef{}, sets: map[string]*nft.Set{}, refs: map[string]map[string]bool{}}
 }
 
 func newDesiredIndex() *desiredIndex {
 	return &desiredIndex{objects: newObjects(), elems: newElemIndex(), perSet: map[string]int{}}
 }
 
-func (ix *objects) putChain(c *ChainDef) {
+func (ix *objects) putChain(c *fragment.ChainDef) {
 	ix.delChain(c.Chain.Name)
 	ix.chains[c.Chain.Name] = c
 	for _, r := range c.Rules {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // Owner names who hands a fragment to Set: a Service, by namespace and name, or the base layout
@@ -104,12 +105,6 @@ func (r *Reconciler) refusedError(tx *nft.Transaction, oe *nft.OpError, err erro
 	return re
 }
 
-// ownerOf names the owner of the object op acts on (see ownersOf).
-func (r *Reconciler) ownerOf(op nft.Op) (Owner, bool) {
-	owners, owned := r.ownersOf([]nft.Op{op})
-	return owners[0], owned[0]
-}
-
 // ownersOf names, for each op, the owner of the object it acts on: the owner of the chain (for
 // a rule, its chain), of the set, or of the element; owned is false where none owns it. Chains
 // and sets are looked up by name. Elements carry no owner (it would cost every element of the
@@ -150,7 +145,7 @@ func (r *Reconciler) ownersOf(ops []nft.Op) (owners []Owner, owned []bool) {
 		case *nft.Packed:
 			wanted(tb, o.ID(), i)
 		case *nft.Element:
-			wanted(tb, ElementID(o), i)
+			wanted(tb, fragment.ElementID(o), i)
 		}
 	}
 	for tb, ids := range elems {
@@ -212,7 +207,7 @@ func (r *Reconciler) HeldCost(t nft.Table, owner Owner) int {
 	if rec == nil {
 		return 0
 	}
-	n := len(rec.chains) + len(rec.elems) + SetCost*len(rec.sets)
+	n := len(rec.chains) + len(rec.elems) + fragment.SetCost*len(rec.sets)
 	for _, c := range rec.chains {
 		if dc, ok := tb.desired.chains[c]; ok {
 			n += len(dc.Rules)

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // StaleChainDelay is how long a chain that is no longer wanted stays (flushed, unreferenced)
@@ -87,7 +88,7 @@ func (r *Reconciler) table(t nft.Table) *table {
 
 // Set records owner's fragment in table t (replacing its previous one). An empty fragment
 // removes the owner. Nothing reaches the kernel before Commit.
-func (r *Reconciler) Set(t nft.Table, owner Owner, f Fragment) {
+func (r *Reconciler) Set(t nft.Table, owner Owner, f fragment.Fragment) {
 	tb := r.table(t)
 	old := tb.owners[owner]
 	if old == nil {

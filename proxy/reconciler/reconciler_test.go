@@ -13,10 +13,12 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
+	"github.com/nftproxy/nftproxy/test/nfttest"
 )
 
 // kernels runs a test against the fake and, as root, against the real kernel in a fresh
@@ -87,7 +89,7 @@ func (h *harness) put(svcs ...*model.Service) {
 func (h *harness) remove(k model.ServiceKey) {
 	delete(h.svcs, k)
 	for _, b := range h.builders {
-		h.rec.Set(b.Table(), reconciler.Owner(k), reconciler.Fragment{})
+		h.rec.Set(b.Table(), reconciler.Owner(k), fragment.Fragment{})
 	}
 }
 
@@ -118,7 +120,7 @@ func (h *harness) check() {
 			h.t.Fatalf("dump %s: %v", b.Table(), err)
 		}
 		want := b.Ruleset(h.node, list)
-		if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+		if d := nft.Diff(nft.Canonical(got), nft.Canonical(want)); d != "" {
 			h.t.Fatalf("table %s differs from a fresh build (- kernel, + wanted):\n%s", b.Table(), d)
 		}
 	}
@@ -252,7 +254,7 @@ func TestRemovedChainsAreDeletedLater(t *testing.T) {
 		h.commit(false)
 		h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
 		h.commit(false)
-		chain := ruleset.PickChain(2)
+		chain := "pick-2" // the shared chain of 2 slots; ruleset's TestSharedChainNames pins the name
 		if !hasChain(t, fake, chain) {
 			t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
 		}
@@ -369,7 +371,7 @@ func TestUnknownFailureRetriesFull(t *testing.T) {
 			t.Errorf("an error naming no op was traced to an owner: %v", err)
 		}
 		after, _ := raw.Dump(context.Background(), tbl)
-		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+		if d := nft.Diff(nft.Canonical(before), nft.Canonical(after)); d != "" {
 			t.Fatalf("a refused commit changed the kernel:\n%s", d)
 		}
 		h.remove(bad.Key)
@@ -454,7 +456,7 @@ func TestRefusedCommitKeepsKernelAndNamesOwner(t *testing.T) {
 			t.Errorf("the error says %d times which transaction failed, want once: %v", n, err)
 		}
 		after, _ := raw.Dump(context.Background(), tbl)
-		if d := nft.Equal(nft.Canonical(before), nft.Canonical(after)); d != "" {
+		if d := nft.Diff(nft.Canonical(before), nft.Canonical(after)); d != "" {
 			t.Fatalf("a refused commit changed the kernel:\n%s", d)
 		}
 		h.remove(bad.Key)
@@ -500,10 +502,10 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 	own := func(a string) nft.Element {
 		return nft.Element{Set: "s", Key: []nft.Value{nft.Addr(netip.MustParseAddr(a))}}
 	}
-	r.Set(tbl, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{set}})
-	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
-	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "b"}, reconciler.Fragment{Elements: []nft.Element{shared}})
-	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
+	r.Set(tbl, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{set}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, fragment.Fragment{Elements: []nft.Element{shared, own("198.18.128.11")}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "b"}, fragment.Fragment{Elements: []nft.Element{shared}})
+	r.Set(tbl, reconciler.Owner{Namespace: "ns", Name: "a"}, fragment.Fragment{Elements: []nft.Element{own("198.18.128.11")}}) // a lets go
 	f.RefuseOp = func(op nft.Op) syscall.Errno {
 		if e, ok := elementOf(op.Object); ok && e.Key[0] == shared.Key[0] {
 			return syscall.EPERM
@@ -519,7 +521,7 @@ func TestRefusedSharedElementNamesAnOwnerThatHoldsIt(t *testing.T) {
 // elementOf returns an op's element, whether the op carries it packed (as the reconciler sends
 // its elements) or not.
 func elementOf(o nft.Object) (*nft.Element, bool) {
-	e, ok := nft.ElementOf(o)
+	e, ok := nfttest.ElementOf(o)
 	return &e, ok
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
@@ -32,14 +33,14 @@ func TestRecreatedSetElementsKnownToNextPartialSync(t *testing.T) {
 		}
 		m := sharedMap()
 		m.Comment = "v1"
-		rec.Set(sharedTable, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{m}})
+		rec.Set(sharedTable, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{m}})
 		rec.Set(sharedTable, ownerA, user(1, pickChain()))
 		rec.Set(sharedTable, ownerB, user(2, pickChain()))
 		commit(false)
 
 		// Only the set's definition changes: it is deleted and added again with both elements.
 		m.Comment = "v2"
-		rec.Set(sharedTable, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{m}})
+		rec.Set(sharedTable, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{m}})
 		if res := commit(false); res.Full {
 			t.Fatal("set recreation commit was full, want partial")
 		}
@@ -54,7 +55,7 @@ func TestRecreatedSetElementsKnownToNextPartialSync(t *testing.T) {
 		}
 
 		// "a" drops its element: the partial Commit must send exactly its delete.
-		rec.Set(sharedTable, ownerA, reconciler.Fragment{Chains: []reconciler.ChainDef{pickChain()}})
+		rec.Set(sharedTable, ownerA, fragment.Fragment{Chains: []fragment.ChainDef{pickChain()}})
 		commit(false)
 		var dels []string
 		for _, op := range r.last.All() {

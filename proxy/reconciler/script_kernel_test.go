@@ -58,7 +58,7 @@ func sameKernelState(t *testing.T, a nft.Interface, nsA, nsB *netns.NS, b nft.In
 		if err != nil {
 			t.Fatalf("dump %s (nft -f): %v", tb, err)
 		}
-		if d := nft.Equal(ra, rb); d != "" {
+		if d := nft.Diff(ra, rb); d != "" {
 			t.Fatalf("table %s: Apply and nft -f of its script differ (- Apply, + nft -f):\n%s", tb, d)
 		}
 	}

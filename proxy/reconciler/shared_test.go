@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
@@ -24,14 +25,14 @@ func sharedMap() nft.Set {
 // ownerA and ownerB are the two Services of the shared-chain tests.
 var ownerA, ownerB = reconciler.Owner{Namespace: "ns", Name: "a"}, reconciler.Owner{Namespace: "ns", Name: "b"}
 
-func pickChain() reconciler.ChainDef {
-	return reconciler.ChainDef{Chain: nft.Chain{Name: "pick"}, Rules: []nft.Rule{{Chain: "pick", Exprs: []nft.Expr{
+func pickChain() fragment.ChainDef {
+	return fragment.ChainDef{Chain: nft.Chain{Name: "pick"}, Rules: []nft.Rule{{Chain: "pick", Exprs: []nft.Expr{
 		nft.CmpSet{Fields: []nft.Field{nft.FieldDaddr}, Set: "m"}, nft.Verdict{Kind: nft.VerdictAccept}}}}}
 }
 
-func user(i int, chains ...reconciler.ChainDef) reconciler.Fragment {
+func user(i int, chains ...fragment.ChainDef) fragment.Fragment {
 	a := netip.AddrFrom4([4]byte{198, 19, 0, byte(i)})
-	return reconciler.Fragment{Chains: chains, Elements: []nft.Element{{Set: "m", Key: []nft.Value{nft.Addr(a)}, Data: []nft.Value{nft.Addr(a)}}}}
+	return fragment.Fragment{Chains: chains, Elements: []nft.Element{{Set: "m", Key: []nft.Value{nft.Addr(a)}, Data: []nft.Value{nft.Addr(a)}}}}
 }
 
 // recorder keeps the last transaction it applied.
@@ -72,7 +73,7 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 			}
 			return false
 		}
-		rec.Set(sharedTable, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{sharedMap()}})
+		rec.Set(sharedTable, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{sharedMap()}})
 		// "a" declares the chain twice (two ports with the same endpoint count): counted once.
 		rec.Set(sharedTable, ownerA, user(1, pickChain(), pickChain()))
 		rec.Set(sharedTable, ownerB, user(2, pickChain()))
@@ -80,7 +81,7 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 		if !has() {
 			t.Fatal("shared chain missing after the first commit")
 		}
-		rec.Set(sharedTable, ownerA, reconciler.Fragment{})
+		rec.Set(sharedTable, ownerA, fragment.Fragment{})
 		commit()
 		clk.advance(2 * reconciler.StaleChainDelay)
 		commit()
@@ -105,7 +106,7 @@ func TestSharedChainStaysWhileAnyOwnerDeclaresIt(t *testing.T) {
 func TestNewChainRulesBeforeElements(t *testing.T) {
 	r := &recorder{Interface: nft.NewFake()}
 	rec := reconciler.New(r, logr.Discard(), time.Now, sharedTable)
-	rec.Set(sharedTable, reconciler.Owner{}, reconciler.Fragment{Sets: []nft.Set{sharedMap()}})
+	rec.Set(sharedTable, reconciler.Owner{}, fragment.Fragment{Sets: []nft.Set{sharedMap()}})
 	rec.Set(sharedTable, ownerA, user(1, pickChain()))
 	if _, err := rec.Commit(context.Background(), false); err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestNewSetElementsAddedOnce(t *testing.T) {
 	seen := map[string]bool{}
 	for _, op := range r.last.All() {
 		if e, ok := elementOf(op.Object); ok {
-			id := op.Table.String() + " " + reconciler.ElementID(e)
+			id := op.Table.String() + " " + fragment.ElementID(e)
 			if seen[id] {
 				t.Errorf("element %s %+v added twice in one transaction", op.Table, *e)
 			}

@@ -4,15 +4,15 @@ import (
 	"sort"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // Ruleset assembles the whole desired table: the base fragment plus every Service's fragment,
 // elements shared by several Services (a ClusterIP with several ports, an endpoint behind several
 // Services) kept once. It is what `nftproxy render` prints and what a full sync converges to.
 func (b *Builder) Ruleset(node *model.Node, services []*model.Service) *nft.Ruleset {
-	frags := []reconciler.Fragment{b.Base(node)}
+	frags := []fragment.Fragment{b.Base(node)}
 	for _, s := range services {
 		frags = append(frags, b.Service(node, s))
 	}
@@ -22,7 +22,7 @@ func (b *Builder) Ruleset(node *model.Node, services []*model.Service) *nft.Rule
 // Merge joins fragments into one Ruleset, keeping the first of several identical elements and
 // one copy of a chain several fragments declare (the shared pick chains: every fragment that
 // needs one declares it with the same rules).
-func Merge(t nft.Table, frags ...reconciler.Fragment) *nft.Ruleset {
+func Merge(t nft.Table, frags ...fragment.Fragment) *nft.Ruleset {
 	rs := &nft.Ruleset{Table: t, Elements: map[string][]nft.Element{}}
 	seen := map[string]bool{}
 	chains := map[string]bool{}
@@ -37,7 +37,7 @@ func Merge(t nft.Table, frags ...reconciler.Fragment) *nft.Ruleset {
 		}
 		rs.Sets = append(rs.Sets, f.Sets...)
 		for _, e := range f.Elements {
-			id := reconciler.ElementID(&e)
+			id := fragment.ElementID(&e)
 			if seen[id] {
 				continue
 			}

@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // Builder builds fragments for one family. It holds only its Config: every method is a pure
@@ -70,7 +70,7 @@ func vmap(m string, f []nft.Field) nft.VMap { return nft.VMap{Fields: f, Map: m}
 
 // Base returns the fixed layout: base chains, shared chains, shared sets and maps, and the
 // node-port addresses taken from node.
-func (b *Builder) Base(node *model.Node) reconciler.Fragment {
+func (b *Builder) Base(node *model.Node) fragment.Fragment {
 	c := &b.cfg
 	addr := c.Family.AddrType()
 	verdictMap := func(name, comment string, interval bool, key ...nft.Type) nft.Set {
@@ -83,7 +83,7 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 	endpointMap := func(name, comment string, key ...nft.Type) nft.Set {
 		return nft.Set{Name: name, Key: append(key, nft.TypeInteger), Data: []nft.Type{addr, nft.TypeInetService}, NumgenKey: 1, Comment: comment}
 	}
-	var f reconciler.Fragment
+	var f fragment.Fragment
 	f.Sets = []nft.Set{
 		{Name: SetClusterIPs, Key: []nft.Type{addr}, Comment: "ClusterIPs of programmed Services"},
 		{Name: SetNodePortIPs, Key: []nft.Type{addr}, Comment: "node addresses that accept node ports"},
@@ -169,17 +169,17 @@ func (b *Builder) Base(node *model.Node) reconciler.Fragment {
 		for _, bc := range []string{ChainFilterInput, ChainFilterForward, ChainFilterOutputDNATd} {
 			rules[bc] = append(rules[bc], recordRules()...)
 		}
-		f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: ChainAffinityHit}, Rules: withChain(ChainAffinityHit, []nft.Rule{
+		f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: ChainAffinityHit}, Rules: withChain(ChainAffinityHit, []nft.Rule{
 			rule("a known client: back to its endpoint", nft.DNATMap{Fields: affinityKey(), Map: MapAffinity, WithPort: true})})})
 	}
 	for _, bc := range baseChains {
-		f.Chains = append(f.Chains, reconciler.ChainDef{
+		f.Chains = append(f.Chains, fragment.ChainDef{
 			Chain: nft.Chain{Name: bc.name, Base: &nft.BaseChain{Type: bc.typ, Hook: bc.hook, Priority: bc.priority, Policy: nft.PolicyAccept}},
 			Rules: withChain(bc.name, rules[bc.name]),
 		})
 	}
 	for _, name := range []string{ChainServices, ChainMasquerading, ChainEndpointsCheck, ChainNodePortsCheck, ChainClusterIPsCheck, ChainReject} {
-		f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
+		f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
 	}
 	return f
 }

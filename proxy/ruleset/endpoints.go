@@ -7,8 +7,8 @@ import (
 	"sort"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // usable returns the endpoints of this family that could take traffic, whatever their
@@ -55,7 +55,7 @@ func (b *Builder) usable(sp *model.ServicePort) []model.Endpoint {
 // of numgen matches for several, or, with ClientIP affinity, through the affinity rules. No
 // named map: a per-Service set would make every later set operation of the table slower
 // (the kernel walks a list of the table's sets).
-func (b *Builder) endpointChain(f *reconciler.Fragment, p *portPlan, chain string, eps []model.Endpoint) {
+func (b *Builder) endpointChain(f *fragment.Fragment, p *portPlan, chain string, eps []model.Endpoint) {
 	var rs []nft.Rule
 	switch {
 	case p.sp.AffinityTimeout > 0 && b.cfg.Family == nft.IPv4: // keepPort: others are shared
@@ -67,7 +67,7 @@ func (b *Builder) endpointChain(f *reconciler.Fragment, p *portPlan, chain strin
 	default:
 		rs = b.cascade(p, eps, func(model.Endpoint) []nft.Expr { return nil })
 	}
-	f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
+	f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, rs)})
 }
 
 // cascade picks one of eps uniformly: rule i (from 0) matches "numgen random mod N-i 0" and
@@ -116,7 +116,7 @@ func affinityKey() []nft.Field {
 // chain may read it; an update statement binds without that walk. An update into a full map
 // fails and stops its rule, so the plain cascade after the recording one still DNATs every new
 // connection (unrecorded).
-func (b *Builder) affinityMapRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+func (b *Builder) affinityMapRules(f *fragment.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
 	t := p.sp.AffinityTimeout
 	hit := AffinityHitChain(true, t)
 	// The refresh's data is never stored: on an element that exists the kernel keeps its data.
@@ -160,7 +160,7 @@ func samePort(eps []model.Endpoint) bool {
 // is per Service port across its frontends, as upstream's. One map per sticky port instead of a
 // set per endpoint. The hit reads the port's own map, so rewriting the chain walks that map's
 // entries only.
-func (b *Builder) affinityPortMapRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+func (b *Builder) affinityPortMapRules(f *fragment.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
 	m, t, saddr := AffinityMap(p.sp.Name), p.sp.AffinityTimeout, []nft.Field{nft.FieldSaddr}
 	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == m }) {
 		addr := b.cfg.Family.AddrType()
@@ -195,7 +195,7 @@ func (b *Builder) affinityPortMapRules(f *reconciler.Fragment, p *portPlan, eps 
 // rule wins with probability 1/(N-i) once the earlier ones missed, so each endpoint gets 1/N),
 // and the winning rule records the client in that endpoint's set. No per-endpoint chains: the
 // cost is two rules per endpoint, in this Service's own chain.
-func (b *Builder) affinityRules(f *reconciler.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
+func (b *Builder) affinityRules(f *fragment.Fragment, p *portPlan, eps []model.Endpoint) []nft.Rule {
 	var sticky []nft.Rule
 	for _, ep := range eps {
 		set := b.affinitySet(f, p, ep)
@@ -210,7 +210,7 @@ func (b *Builder) affinityRules(f *reconciler.Fragment, p *portPlan, eps []model
 
 // affinitySet adds the endpoint's set of clients to f (once: the Cluster and Local chains share
 // it) and returns its name.
-func (b *Builder) affinitySet(f *reconciler.Fragment, p *portPlan, ep model.Endpoint) string {
+func (b *Builder) affinitySet(f *fragment.Fragment, p *portPlan, ep model.Endpoint) string {
 	set := AffinitySet(p.sp.Name, netip.AddrPortFrom(ep.Addr, ep.Port))
 	if !slices.ContainsFunc(f.Sets, func(s nft.Set) bool { return s.Name == set }) {
 		// The size the kernel gives a dynamic set anyway, said here so a read-back equals it.
@@ -237,7 +237,7 @@ func endpointText(ep model.Endpoint) string {
 // shared mode the shared masq-pick-N or local-M-of-N chain). As upstream, the LoadBalancer IPs themselves are allowed sources when
 // a node address is inside a range (a node reaching a VIP it holds locally uses the VIP as its
 // source). Node ports and external IPs are not filtered (upstream's KEP non-goal).
-func (b *Builder) firewall(f *reconciler.Fragment, node *model.Node, p *portPlan, target string) {
+func (b *Builder) firewall(f *fragment.Fragment, node *model.Node, p *portPlan, target string) {
 	set, chain := SourceRangesSet(p.sp.Name), FirewallChain(p.sp.Name)
 	allowed := append([]netip.Prefix(nil), p.srcRanges...)
 	var nodeAddrs []netip.Addr
@@ -257,7 +257,7 @@ func (b *Builder) firewall(f *reconciler.Fragment, node *model.Node, p *portPlan
 	for _, r := range mergePrefixes(allowed) {
 		f.Elements = append(f.Elements, nft.Element{Set: set, Key: []nft.Value{nft.Addr(r[0])}, KeyEnd: []nft.Value{nft.Addr(r[1])}})
 	}
-	f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
+	f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: chain}, Rules: withChain(chain, []nft.Rule{
 		rule(comment(p.name, ": source outside loadBalancerSourceRanges: drop"),
 			nft.CmpSet{Fields: []nft.Field{nft.FieldSaddr}, Neg: true, Set: set}, nft.MarkOr{Bits: b.cfg.DropMark}, nft.Verdict{Kind: nft.VerdictReturn}),
 		rule("", goTo(target)),

@@ -97,7 +97,7 @@ func TestKernelPolicyRuleset(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
+			if d := nft.Diff(nft.Canonical(got), nft.Canonical(rs)); d != "" {
 				t.Fatalf("the kernel lists something else than was applied:\n%s", d)
 			}
 			checkJSON(t, ns, len(rs.Rules))
@@ -129,7 +129,7 @@ func TestKernelLongAndOddNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
+	if d := nft.Diff(nft.Canonical(got), nft.Canonical(rs)); d != "" {
 		t.Fatalf("the kernel lists something else than was applied (a full resync would repair it forever):\n%s", d)
 	}
 	reloadListing(t, ns, "rulesetlong2")
@@ -234,7 +234,7 @@ func TestKernelAffinityIPv6Ruleset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := nft.Equal(nft.Canonical(got), nft.Canonical(rs)); d != "" {
+	if d := nft.Diff(nft.Canonical(got), nft.Canonical(rs)); d != "" {
 		t.Fatalf("the kernel lists something else than was applied:\n%s", d)
 	}
 	reloadListing(t, ns, "rulesetaff6b")

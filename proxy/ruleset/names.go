@@ -1,7 +1,7 @@
 // Package ruleset turns the service model into the nftables objects nftproxy wants in the kernel.
 // It is a pure function: no I/O, no clock, no kernel. The layout (which chains, maps and rules,
 // and why) is described in README.md next to this file. It produces the reconciler's input, one
-// reconciler.Fragment per owner (the base layout, each Service): the builder depends on the
+// fragment.Fragment per owner (the base layout, each Service): the builder depends on the
 // type of what it hands on, never the reverse.
 package ruleset
 

@@ -142,10 +142,10 @@ func TestCommentCutsOnCharacterBoundaryKeepingTheEnding(t *testing.T) {
 // is upper-case base32.
 func TestSharedChainNames(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
-		{PickChain(3), "pick-3"},
-		{LocalPickChain(1), "pick-local-1"},
-		{NodePortPickChain(3), "pick-nodeport-3"},
-		{LocalNodePortPickChain(2), "pick-local-nodeport-2"},
+		{addressFrontend.pickChain(false, 3), "pick-3"},
+		{addressFrontend.pickChain(true, 1), "pick-local-1"},
+		{nodePortFrontend.pickChain(false, 3), "pick-nodeport-3"},
+		{nodePortFrontend.pickChain(true, 2), "pick-local-nodeport-2"},
 		{addressFrontend.masqPickChain(3), "masq-pick-3"},
 		{nodePortFrontend.masqPickChain(3), "masq-pick-nodeport-3"},
 		{addressFrontend.localOfChain(0, 2), "local-0-of-2"},

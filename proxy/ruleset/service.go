@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 func protoNumber(p model.Protocol) (uint8, bool) {
@@ -29,14 +29,14 @@ func protoNumber(p model.Protocol) (uint8, bool) {
 // LoadBalancer IP passes loadBalancerSourceRanges, so a Service's fragment must be rebuilt when
 // the node's zone label or addresses change. Endpoints are local when their NodeName is
 // Config.NodeName.
-func (b *Builder) Service(node *model.Node, svc *model.Service) reconciler.Fragment {
-	var f reconciler.Fragment
+func (b *Builder) Service(node *model.Node, svc *model.Service) fragment.Fragment {
+	var f fragment.Fragment
 	b.service(&f, node, svc)
 	return f
 }
 
 // service adds svc's ports to f (nothing for a rejected Service).
-func (b *Builder) service(f *reconciler.Fragment, node *model.Node, svc *model.Service) {
+func (b *Builder) service(f *fragment.Fragment, node *model.Node, svc *model.Service) {
 	if svc == nil || svc.Rejected != nil {
 		return
 	}
@@ -48,13 +48,14 @@ func (b *Builder) service(f *reconciler.Fragment, node *model.Node, svc *model.S
 // ServiceScratch is Service building the fragment's elements in memory the builder reuses: its
 // Elements, their keys and their data are valid until the next ServiceScratch call on b (its
 // chains, rules and sets are the caller's, as Service's). The proxier hands each fragment to
-// the reconciler, which keeps its elements packed, before it builds the next: a full sync at
-// 10k Services then builds ~230k elements without making ~70 MB of garbage of them, which set
-// how high the heap grew (the garbage collector lets the heap reach twice what is live).
-func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) reconciler.Fragment {
+// the reconciler, which keeps its elements packed, before it builds the next: a full sync then
+// builds its elements without making garbage of them, which would set how high the heap grows
+// (the garbage collector lets the heap reach twice what is live; bench/README.md, "Sizes the
+// code's layout rests on").
+func (b *Builder) ServiceScratch(node *model.Node, svc *model.Service) fragment.Fragment {
 	b.sc.on, b.sc.vals, b.sc.eps = true, b.sc.vals[:0], b.sc.eps[:0]
 	defer func() { b.sc.on = false }()
-	f := reconciler.Fragment{Elements: b.sc.elems[:0]}
+	f := fragment.Fragment{Elements: b.sc.elems[:0]}
 	b.service(&f, node, svc)
 	b.sc.elems = f.Elements[:0]
 	if len(f.Elements) == 0 {
@@ -189,7 +190,7 @@ func (p *portPlan) internalChain() string {
 	return ServiceChain(p.sp.Name)
 }
 
-func (b *Builder) servicePort(f *reconciler.Fragment, node *model.Node, sp *model.ServicePort) {
+func (b *Builder) servicePort(f *fragment.Fragment, node *model.Node, sp *model.ServicePort) {
 	p, ok := b.planPort(node, sp)
 	if !ok {
 		return
@@ -210,7 +211,7 @@ func (b *Builder) servicePort(f *reconciler.Fragment, node *model.Node, sp *mode
 			b.endpointChain(f, p, LocalChain(sp.Name), p.cat.Local)
 		}
 		if p.ext {
-			f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
+			f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: ExternalChain(sp.Name)}, Rules: withChain(ExternalChain(sp.Name), b.externalRules(p))})
 		}
 	}
 	if p.sticky() {
@@ -223,7 +224,7 @@ func (b *Builder) servicePort(f *reconciler.Fragment, node *model.Node, sp *mode
 }
 
 // hairpin adds "endpoint . endpoint" for every endpoint the port may pick, once each.
-func (b *Builder) hairpin(f *reconciler.Fragment, p *portPlan) {
+func (b *Builder) hairpin(f *fragment.Fragment, p *portPlan) {
 	as := make([]netip.Addr, 0, len(p.cat.Cluster)+len(p.cat.Local))
 	for _, eps := range [][]model.Endpoint{p.cat.Cluster, p.cat.Local} {
 		for _, ep := range eps {
@@ -258,7 +259,7 @@ func (b *Builder) elementCount(p *portPlan) int {
 
 // internalTarget is the chain a ClusterIP a of the port goes to (its slots put in place in
 // shared mode).
-func (b *Builder) internalTarget(f *reconciler.Fragment, p *portPlan, a netip.Addr) string {
+func (b *Builder) internalTarget(f *fragment.Fragment, p *portPlan, a netip.Addr) string {
 	if p.shared {
 		return b.sharedInternal(f, p, a)
 	}
@@ -267,7 +268,7 @@ func (b *Builder) internalTarget(f *reconciler.Fragment, p *portPlan, a netip.Ad
 
 // externalTarget is the chain the port's external frontends of kind k go to (behind the fw-
 // chain for LoadBalancer IPs with source ranges).
-func (b *Builder) externalTarget(f *reconciler.Fragment, p *portPlan, k frontendKind) string {
+func (b *Builder) externalTarget(f *fragment.Fragment, p *portPlan, k frontendKind) string {
 	if p.shared {
 		return b.sharedExternalChain(f, p, k)
 	}
@@ -275,7 +276,7 @@ func (b *Builder) externalTarget(f *reconciler.Fragment, p *portPlan, k frontend
 }
 
 // external is externalTarget for one frontend, whose slots it puts in place in shared mode.
-func (b *Builder) external(f *reconciler.Fragment, p *portPlan, k frontendKind, front []nft.Value) string {
+func (b *Builder) external(f *fragment.Fragment, p *portPlan, k frontendKind, front []nft.Value) string {
 	if p.shared {
 		b.externalSlots(f, p, k, front)
 	}
@@ -286,7 +287,7 @@ func (b *Builder) external(f *reconciler.Fragment, p *portPlan, k frontendKind, 
 // no-endpoint maps: reject when no endpoint exists anywhere, drop for ClusterIP traffic under
 // internalTrafficPolicy Local without a local endpoint. Each dispatch element carries the
 // Service port's name as its comment.
-func (b *Builder) dispatch(f *reconciler.Fragment, p *portPlan) {
+func (b *Builder) dispatch(f *fragment.Fragment, p *portPlan) {
 	sp := p.sp
 	dispatchMap, noEndpointMap := MapServiceIPs, MapNoEndpointServices
 	switch {

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // Shared mode (README.md, "Shared-mode ports"): a single-port Service port without ClientIP
@@ -59,22 +59,6 @@ func (k frontendKind) key() []nft.Field {
 	return nft.DNATNumgenKeyAddr
 }
 
-// PickChain names the shared chain that DNATs an address frontend to one of its n slots in
-// MapEndpoints: "pick-3".
-func PickChain(n int) string { return addressFrontend.pickChain(false, n) }
-
-// LocalPickChain names the shared chain that DNATs an address frontend to one of its n slots
-// in MapLocalEndpoints: "pick-local-3".
-func LocalPickChain(n int) string { return addressFrontend.pickChain(true, n) }
-
-// NodePortPickChain names the shared chain that DNATs a node port to one of its n slots in
-// MapNodePortEndpoints: "pick-nodeport-3".
-func NodePortPickChain(n int) string { return nodePortFrontend.pickChain(false, n) }
-
-// LocalNodePortPickChain names the shared chain that DNATs a node port to one of its n slots in
-// MapLocalNodePortEndpoints: "pick-local-nodeport-3".
-func LocalNodePortPickChain(n int) string { return nodePortFrontend.pickChain(true, n) }
-
 func (k frontendKind) pickChain(local bool, n int) string {
 	l := ""
 	if local {
@@ -94,18 +78,18 @@ func (k frontendKind) localOfChain(m, n int) string {
 // addChain adds a shared chain to f unless f already has it: several ports of one Service may
 // need the same one, and every fragment that needs it declares it with the same rules (Merge
 // keeps one copy, the reconciler counts its users).
-func addChain(f *reconciler.Fragment, name string, rules ...nft.Rule) {
+func addChain(f *fragment.Fragment, name string, rules ...nft.Rule) {
 	for i := range f.Chains {
 		if f.Chains[i].Chain.Name == name {
 			return
 		}
 	}
-	f.Chains = append(f.Chains, reconciler.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules)})
+	f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules)})
 }
 
 // pick adds the pick chain of n slots and returns its name. Its one rule reads the map with
 // the packet's own frontend, so it serves every port with n endpoints.
-func (b *Builder) pick(f *reconciler.Fragment, k frontendKind, local bool, n int) string {
+func (b *Builder) pick(f *fragment.Fragment, k frontendKind, local bool, n int) string {
 	name := k.pickChain(local, n)
 	addChain(f, name, rule("", nft.DNATNumgen{Modulus: uint32(n), Map: k.endpointMap(local), WithPort: true, Key: k.key()}))
 	return name
@@ -115,7 +99,7 @@ func (b *Builder) pick(f *reconciler.Fragment, k frontendKind, local bool, n int
 // client back to its endpoint through the shared hit chain, else goes on to the pick chain
 // ("affinity-pick-3"). It names no map, and the endpoint is recorded after DNAT (recordRules),
 // so the chain depends on neither the timeout nor the endpoints.
-func (b *Builder) stickyPick(f *reconciler.Fragment, k frontendKind, local bool, n int, sticky bool) string {
+func (b *Builder) stickyPick(f *fragment.Fragment, k frontendKind, local bool, n int, sticky bool) string {
 	pick := b.pick(f, k, local, n)
 	if !sticky {
 		return pick
@@ -136,7 +120,7 @@ func stickyName(chain string, sticky bool) string {
 // masqPick adds the chain of external traffic under externalTrafficPolicy Cluster (masquerade
 // mark, then the pick chain of n) and returns its name. It names no map: creating it never makes
 // the kernel walk a map's elements.
-func (b *Builder) masqPick(f *reconciler.Fragment, k frontendKind, n int, sticky bool) string {
+func (b *Builder) masqPick(f *fragment.Fragment, k frontendKind, n int, sticky bool) string {
 	pick := b.stickyPick(f, k, false, n, sticky)
 	name := stickyName(k.masqPickChain(n), sticky)
 	addChain(f, name, rule("masquerade traffic from outside the cluster", nft.MarkOr{Bits: b.cfg.MasqueradeMark}, goTo(pick)))
@@ -147,7 +131,7 @@ func (b *Builder) masqPick(f *reconciler.Fragment, k frontendKind, n int, sticky
 // on this node and n in the cluster, and returns its name: pods and the node itself reach the
 // whole cluster (KEP-3866 short-circuit, the node's traffic masqueraded), outside clients keep
 // their address and reach this node's endpoints, or get the drop bit when it has none.
-func (b *Builder) localOf(f *reconciler.Fragment, k frontendKind, m, n int, sticky bool) string {
+func (b *Builder) localOf(f *fragment.Fragment, k frontendKind, m, n int, sticky bool) string {
 	pick := b.stickyPick(f, k, false, n, sticky)
 	var local string
 	if m > 0 {
@@ -171,7 +155,7 @@ func (b *Builder) localOf(f *reconciler.Fragment, k frontendKind, m, n int, stic
 
 // slots puts eps in the kind's (local) map as slots 0..len-1 under the frontend key front. The
 // keys and data of one frontend share two backing arrays (a full sync builds millions of them).
-func (b *Builder) slots(f *reconciler.Fragment, k frontendKind, local bool, front []nft.Value, eps []model.Endpoint) {
+func (b *Builder) slots(f *fragment.Fragment, k frontendKind, local bool, front []nft.Value, eps []model.Endpoint) {
 	m := k.endpointMap(local)
 	w := len(front) + 1
 	keys, data := b.values(w*len(eps)), b.values(2*len(eps))
@@ -195,7 +179,7 @@ func nodePortKey(p *portPlan) []nft.Value {
 
 // sharedInternal puts a ClusterIP's slots in place and returns the chain it goes to: the
 // cluster-wide endpoints, or this node's under internalTrafficPolicy Local.
-func (b *Builder) sharedInternal(f *reconciler.Fragment, p *portPlan, a netip.Addr) string {
+func (b *Builder) sharedInternal(f *fragment.Fragment, p *portPlan, a netip.Addr) string {
 	eps := p.cat.Cluster
 	if p.sp.InternalTrafficLocal {
 		eps = p.cat.Local
@@ -207,7 +191,7 @@ func (b *Builder) sharedInternal(f *reconciler.Fragment, p *portPlan, a netip.Ad
 // sharedExternalChain adds the chains of the port's external frontends of kind k and returns
 // the one their dispatch elements (or the fw- chain) go to: masquerade and spread under
 // externalTrafficPolicy Cluster, the local-M-of-N choice under Local.
-func (b *Builder) sharedExternalChain(f *reconciler.Fragment, p *portPlan, k frontendKind) string {
+func (b *Builder) sharedExternalChain(f *fragment.Fragment, p *portPlan, k frontendKind) string {
 	if !p.sp.ExternalTrafficLocal {
 		return b.masqPick(f, k, len(p.cat.Cluster), p.sticky())
 	}
@@ -216,7 +200,7 @@ func (b *Builder) sharedExternalChain(f *reconciler.Fragment, p *portPlan, k fro
 
 // externalSlots puts the slots of an external frontend of kind k in place (front is its key):
 // the cluster-wide endpoints, and this node's too under externalTrafficPolicy Local.
-func (b *Builder) externalSlots(f *reconciler.Fragment, p *portPlan, k frontendKind, front []nft.Value) {
+func (b *Builder) externalSlots(f *fragment.Fragment, p *portPlan, k frontendKind, front []nft.Value) {
 	b.slots(f, k, false, front, p.cat.Cluster)
 	if p.sp.ExternalTrafficLocal {
 		b.slots(f, k, true, front, p.cat.Local)
@@ -227,7 +211,7 @@ func (b *Builder) externalSlots(f *reconciler.Fragment, p *portPlan, k frontendK
 // "sessionAffinity ClientIP"): each frontend with endpoints in the sticky-frontend maps, jumping
 // to the chain that records its endpoint after DNAT, and that endpoint declared to the
 // reconciler (no rule names it, and the prune must know it).
-func (b *Builder) sticky(f *reconciler.Fragment, p *portPlan) {
+func (b *Builder) sticky(f *fragment.Fragment, p *portPlan) {
 	rec := AffinityRecordChain(strings.ToLower(string(p.sp.Name.Protocol)), p.sp.AffinityTimeout)
 	addChain(f, rec, rule("", ctNew(), protoCmp(p.proto), nft.SetUpdate{
 		Fields: []nft.Field{nft.FieldSaddr, nft.FieldCtOrigDaddr, nft.FieldL4Proto, nft.FieldCtOrigProtoDst},
@@ -258,7 +242,7 @@ func (b *Builder) sticky(f *reconciler.Fragment, p *portPlan) {
 			k := netip.AddrPortFrom(ep.Addr, ep.Port)
 			if !seen[k] {
 				seen[k] = true
-				f.Recorded = append(f.Recorded, reconciler.Recorded{Set: MapAffinity, Data: []nft.Value{nft.Addr(ep.Addr), nft.Port(ep.Port)}})
+				f.Recorded = append(f.Recorded, fragment.Recorded{Set: MapAffinity, Data: []nft.Value{nft.Addr(ep.Addr), nft.Port(ep.Port)}})
 			}
 		}
 	}

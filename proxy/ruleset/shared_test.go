@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
 // cluster is n Services of every shape without ClientIP affinity or source ranges: ClusterIP,
@@ -179,7 +179,7 @@ func TestSharedChainsAreIdenticalAndKeptOnce(t *testing.T) {
 	c.Key.Name, c.Ports[0].Name = "web2", pn("default", "web2", "http", model.TCP)
 	c.Ports[0].ClusterIPs, c.Ports[0].LoadBalancerIPs, c.Ports[0].ExternalIPs, c.Ports[0].NodePort = addrs("198.19.0.50"), nil, nil, 30090
 	fa, fc := b.Service(testNode(), a), b.Service(testNode(), c)
-	chains := map[string]reconciler.ChainDef{}
+	chains := map[string]fragment.ChainDef{}
 	for _, cd := range fa.Chains {
 		chains[cd.Chain.Name] = cd
 	}
@@ -209,8 +209,8 @@ func TestSharedChainsAreIdenticalAndKeptOnce(t *testing.T) {
 	for _, r := range rs.Rules {
 		rules[r.Chain]++
 	}
-	if rules[PickChain(2)] != 1 {
-		t.Errorf("%s has %d rules after Merge, want 1", PickChain(2), rules[PickChain(2)])
+	if rules[addressFrontend.pickChain(false, 2)] != 1 {
+		t.Errorf("%s has %d rules after Merge, want 1", addressFrontend.pickChain(false, 2), rules[addressFrontend.pickChain(false, 2)])
 	}
 }
 

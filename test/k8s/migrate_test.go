@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nftproxy/nftproxy/proxy/kubeproxy"
+	"github.com/nftproxy/nftproxy/proxy/kubeproxycleanup"
 	"github.com/nftproxy/nftproxy/test/cluster"
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
@@ -242,7 +242,7 @@ func nftItems(t *testing.T, js []byte) []nftItem {
 // kubeProxyOwned says whether one ruleset item is kube-proxy's, and names it: anything in its
 // nftables tables, its KUBE-* chains in the iptables tables (and their rules), and rules of
 // other chains that jump or go to one of them. The rule is the test's own reading of the
-// ruleset, from nft's JSON, not from proxy/kubeproxy's.
+// ruleset, from nft's JSON, not from proxy/kubeproxycleanup's.
 func kubeProxyOwned(kind string, raw json.RawMessage) (string, bool) {
 	var o nftObject
 	if err := json.Unmarshal(raw, &o); err != nil {
@@ -254,7 +254,7 @@ func kubeProxyOwned(kind string, raw json.RawMessage) (string, bool) {
 	if kind == "table" {
 		o.Table = o.Name
 	}
-	if o.Table == kubeproxy.NFTablesTable {
+	if o.Table == kubeproxycleanup.NFTablesTable {
 		return fmt.Sprintf("%s %s %s %s", kind, o.Family, o.Table, o.Name), true
 	}
 	if !slices.Contains([]string{"filter", "nat", "mangle"}, o.Table) {

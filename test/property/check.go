@@ -2,8 +2,6 @@ package property
 
 import (
 	"fmt"
-	"github.com/nftproxy/nftproxy/allocator"
-	"github.com/nftproxy/nftproxy/allocator/policy"
 	"net/netip"
 	"slices"
 	"sort"
@@ -13,9 +11,11 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 
+	"github.com/nftproxy/nftproxy/allocator"
+	"github.com/nftproxy/nftproxy/allocator/policy"
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
@@ -187,7 +187,7 @@ func checkFragments(b *Batch, builders []*ruleset.Builder, snap model.Snapshot) 
 // reachesEndpoints reports whether the ClusterIPs of port pn of s reach endpoints in fragment f:
 // through chains of its own (own-chains mode), or through slots under a ClusterIP key in the
 // shared endpoint map (shared mode).
-func reachesEndpoints(f reconciler.Fragment, s *model.Service, pn model.PortName) bool {
+func reachesEndpoints(f fragment.Fragment, s *model.Service, pn model.PortName) bool {
 	for _, c := range f.Chains {
 		if c.Chain.Name == ruleset.ServiceChain(pn) || c.Chain.Name == ruleset.LocalChain(pn) {
 			return true
@@ -223,7 +223,7 @@ func protoNumber(p model.Protocol) uint32 {
 }
 
 // fragmentLimits lists the names and comments of f that the kernel or nft would refuse.
-func fragmentLimits(f reconciler.Fragment) []string {
+func fragmentLimits(f fragment.Fragment) []string {
 	var out []string
 	name := func(what, n string) {
 		if len(n) > maxNameBytes || !utf8.ValidString(n) || strings.ContainsRune(n, 0) || n == "" {

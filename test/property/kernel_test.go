@@ -137,7 +137,7 @@ func readBack(ctx context.Context, kernel nft.Interface, builders []*ruleset.Bui
 		}
 		want := bl.Ruleset(snap.Node, snap.Sorted())
 		got = withoutStaleChains(got, want)
-		if d := nft.Equal(nft.Canonical(got), nft.Canonical(want)); d != "" {
+		if d := nft.Diff(nft.Canonical(got), nft.Canonical(want)); d != "" {
 			out = append(out, Failure{What: fmt.Sprintf("the kernel's %s differs from the rendered ruleset (- kernel, + render):\n%s", bl.Table(), clip(d, 40))})
 		}
 		out = append(out, checkNodeSafety(got, append(slices.Clone(nodeIPs), localIPs...))...)

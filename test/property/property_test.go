@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // TestGeneratedServicesPure is the property over many seeds without root: every generated
@@ -76,7 +76,7 @@ func TestGeneratorCoversEveryShape(t *testing.T) {
 // of 256 bytes are reported, 127 and 255 are not.
 func TestLimitCheckCatchesLongComments(t *testing.T) {
 	mk := func(name, comment string) []string {
-		return fragmentLimits(fragment(name, comment))
+		return fragmentLimits(oneRule(name, comment))
 	}
 	if got := mk(strings.Repeat("n", 255), strings.Repeat("c", 127)); len(got) != 0 {
 		t.Errorf("at the limits: got %v, want nothing", got)
@@ -89,6 +89,6 @@ func TestLimitCheckCatchesLongComments(t *testing.T) {
 	}
 }
 
-func fragment(name, comment string) reconciler.Fragment {
-	return reconciler.Fragment{Chains: []reconciler.ChainDef{{Chain: nft.Chain{Name: name}, Rules: []nft.Rule{{Chain: name, Comment: comment}}}}}
+func oneRule(name, comment string) fragment.Fragment {
+	return fragment.Fragment{Chains: []fragment.ChainDef{{Chain: nft.Chain{Name: name}, Rules: []nft.Rule{{Chain: name, Comment: comment}}}}}
 }

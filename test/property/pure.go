@@ -62,7 +62,7 @@ func applyFake(tr *model.Tracker, builders []*ruleset.Builder, want []*nft.Rules
 			out = append(out, Failure{What: fmt.Sprintf("dump %s from the fake: %v", bl.Table(), err)})
 			continue
 		}
-		if d := nft.Equal(nft.Canonical(got), nft.Canonical(want[i])); d != "" {
+		if d := nft.Diff(nft.Canonical(got), nft.Canonical(want[i])); d != "" {
 			out = append(out, Failure{What: fmt.Sprintf("the fake's %s differs from the rendered ruleset (- fake, + render):\n%s", bl.Table(), d)})
 		}
 	}

@@ -7,13 +7,13 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/kubeproxy"
+	"github.com/nftproxy/nftproxy/proxy/kubeproxycleanup"
 )
 
-// cleanupKubeProxy removes what kube-proxy left in the kernel (proxy/kubeproxy says what that
+// cleanupKubeProxy removes what kube-proxy left in the kernel (proxy/kubeproxycleanup says what that
 // is) in one batch, so a failure leaves everything as it was.
 func cleanupKubeProxy(ctx context.Context, log logr.Logger, k *nft.Kernel) error {
-	p, err := kubeproxy.PlanCleanup(ctx, k)
+	p, err := kubeproxycleanup.PlanCleanup(ctx, k)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func TestKernelRefusalIsCountedAndRescanned(t *testing.T) {
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}})
 	key := model.ServiceKey{Namespace: "ns", Name: "a"}
-	tr.RefuseService(key, tr.Service(key), &model.Rejection{Reason: model.ReasonKernelRefused, Message: "service ns/a: refused"})
+	tr.RecordKernelRefusal(key, tr.Service(key), &model.Rejection{Reason: model.ReasonKernelRefused, Message: "service ns/a: refused"})
 
 	if got := counterValue(t, reg, metrics.InvalidServices, "reason", model.ReasonKernelRefused); got != 1 {
 		t.Errorf("%s{reason=%q} = %v, want 1", metrics.InvalidServices, model.ReasonKernelRefused, got)

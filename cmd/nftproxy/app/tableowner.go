@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/kubeproxy"
+	"github.com/nftproxy/nftproxy/proxy/kubeproxycleanup"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 )
 
@@ -14,12 +14,12 @@ import (
 // would mix its chains with theirs (iptables-nft then refuses to list a table it cannot parse),
 // and `cleanup` would delete the table with everything in it.
 var tableOwners = map[string]string{
-	"filter":                "iptables-nft's",
-	"nat":                   "iptables-nft's",
-	"mangle":                "iptables-nft's",
-	"raw":                   "iptables-nft's",
-	"security":              "iptables-nft's (SELinux)",
-	kubeproxy.NFTablesTable: "kube-proxy's (nftables mode)",
+	"filter":                       "iptables-nft's",
+	"nat":                          "iptables-nft's",
+	"mangle":                       "iptables-nft's",
+	"raw":                          "iptables-nft's",
+	"security":                     "iptables-nft's (SELinux)",
+	kubeproxycleanup.NFTablesTable: "kube-proxy's (nftables mode)",
 }
 
 // checkTableName refuses a --table that is empty or names a table another program owns.

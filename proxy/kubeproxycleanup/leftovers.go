@@ -1,4 +1,4 @@
-// Package kubeproxy knows what upstream kube-proxy leaves in the kernel and plans its removal
+// Package kubeproxycleanup knows what upstream kube-proxy leaves in the kernel and plans its removal
 // over netlink, for the migration from kube-proxy to nftproxy (`nftproxy cleanup --kube-proxy`):
 // its nftables-mode tables, and in iptables mode (iptables-nft, which writes nftables tables)
 // the chains it creates (by exact name: IsKubeProxyChain) and the rules of other chains that
@@ -7,7 +7,7 @@
 //
 // Rules kube-proxy wrote through iptables-legacy live in x_tables, not nftables, and are out of
 // reach of netlink's nftables API; see deploy/MIGRATION.md.
-package kubeproxy
+package kubeproxycleanup
 
 import (
 	"context"

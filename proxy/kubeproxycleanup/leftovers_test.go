@@ -1,4 +1,4 @@
-package kubeproxy
+package kubeproxycleanup
 
 import (
 	"crypto/sha256"

@@ -1,14 +1,11 @@
-package reconciler_test
+package fragment_test
 
 import (
 	"net/netip"
 	"testing"
-	"time"
-
-	"github.com/go-logr/logr"
 
 	"github.com/nftproxy/nftproxy/nft"
-	"github.com/nftproxy/nftproxy/proxy/reconciler"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 )
 
 // TestElementID: equal keys (an interval end equal to its start counts as none) give equal IDs,
@@ -28,7 +25,7 @@ func TestElementID(t *testing.T) {
 		{interval(80, 80), {Set: "r", Key: []nft.Value{a4, nft.Port(80)}}},
 	}
 	for _, p := range same {
-		if x, y := reconciler.ElementID(p[0]), reconciler.ElementID(p[1]); x != y {
+		if x, y := fragment.ElementID(p[0]), fragment.ElementID(p[1]); x != y {
 			t.Errorf("%+v and %+v: IDs %q and %q, want equal", p[0], p[1], x, y)
 		}
 	}
@@ -46,38 +43,27 @@ func TestElementID(t *testing.T) {
 		{{Set: "s\x00", Key: []nft.Value{nft.Int(1)}}, {Set: "s", Key: []nft.Value{nft.Int(0), nft.Int(1)}}},
 	}
 	for _, p := range differ {
-		if x, y := reconciler.ElementID(p[0]), reconciler.ElementID(p[1]); x == y {
+		if x, y := fragment.ElementID(p[0]), fragment.ElementID(p[1]); x == y {
 			t.Errorf("%+v and %+v: the same ID %q, want different", p[0], p[1], x)
 		}
 	}
-	if id := reconciler.ElementID(slot("endpoints", a4, 30000, 9)); len(id) > 24 {
+	if id := fragment.ElementID(slot("endpoints", a4, 30000, 9)); len(id) > 24 {
 		t.Errorf("a slot's ID takes %d bytes (%q), want at most 24", len(id), id)
 	}
 }
 
 // TestFragmentCost: a fragment costs one per chain, rule and element, and SetCost per named
-// set; the reconciler's HeldCost of an owner is the Cost of what it set, and 0 once removed.
+// set.
 func TestFragmentCost(t *testing.T) {
 	a4 := nft.Addr(netip.MustParseAddr("198.18.0.1"))
-	tb := nft.Table{Family: nft.IPv4, Name: "t"}
-	f := reconciler.Fragment{
-		Chains: []reconciler.ChainDef{{Chain: nft.Chain{Name: "c"}, Rules: []nft.Rule{
+	f := fragment.Fragment{
+		Chains: []fragment.ChainDef{{Chain: nft.Chain{Name: "c"}, Rules: []nft.Rule{
 			{Chain: "c", Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictAccept}}},
 			{Chain: "c", Exprs: []nft.Expr{nft.Verdict{Kind: nft.VerdictDrop}}}}}},
 		Sets:     []nft.Set{{Name: "s", Key: []nft.Type{nft.TypeIPv4Addr}}},
 		Elements: []nft.Element{{Set: "s", Key: []nft.Value{a4}}},
 	}
-	if got, want := f.Cost(), 1+2+reconciler.SetCost+1; got != want {
+	if got, want := f.Cost(), 1+2+fragment.SetCost+1; got != want {
 		t.Fatalf("Cost = %d, want %d", got, want)
-	}
-	r := reconciler.New(nft.NewFake(), logr.Discard(), time.Now, tb)
-	o := reconciler.Owner{Namespace: "ns", Name: "a"}
-	r.Set(tb, o, f)
-	if got := r.HeldCost(tb, o); got != f.Cost() {
-		t.Errorf("HeldCost = %d, want the fragment's Cost %d", got, f.Cost())
-	}
-	r.Set(tb, o, reconciler.Fragment{})
-	if got := r.HeldCost(tb, o); got != 0 {
-		t.Errorf("HeldCost after removal = %d, want 0", got)
 	}
 }

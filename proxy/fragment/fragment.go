@@ -1,4 +1,10 @@
-package reconciler
+// Package fragment holds the contract between the pure ruleset builder and the stateful
+// reconciler: the part of the ruleset one owner contributes, and how elements are identified and
+// costed. It depends only on nft, so the builder can produce fragments without linking the
+// reconciler, and the reconciler can consume them without linking the builder. It stays out of
+// nft because owners, recorded affinity data and the cost bound are nftproxy's notions, not the
+// kernel's.
+package fragment
 
 import (
 	"github.com/nftproxy/nftproxy/nft"
@@ -12,8 +18,8 @@ type ChainDef struct {
 
 // Fragment is the reconciler's input: the part of the ruleset one owner (the base layout, or
 // one Service) contributes, its own chains and sets, and its elements, which may live in shared
-// maps. The ruleset builder produces them (data flows builder → reconciler → kernel, so the
-// type lives with its consumer); Set records one per owner.
+// maps. The ruleset builder produces them and the reconciler's Set records one per owner (data
+// flows builder → reconciler → kernel; the type lives in this leaf so the builder stays pure).
 type Fragment struct {
 	Chains   []ChainDef
 	Sets     []nft.Set
@@ -22,7 +28,7 @@ type Fragment struct {
 	// rules record it from the packet (an endpoint recorded after DNAT from the connection's
 	// reply tuple) rather than as constants of an update: no rule names it, so the fragment
 	// does. It counts for the prune of stale entries as a rule's constant data does
-	// (affinity.go); it is no kernel object.
+	// (proxy/reconciler/affinity.go); it is no kernel object.
 	Recorded []Recorded
 }
 
@@ -35,8 +41,9 @@ type Recorded struct {
 // ElementID identifies an element within its table: set name, key and interval end (an end
 // equal to the key is the same element as no end). Two elements with the same ID cannot both be
 // in the kernel; their values may differ. It is a map key, never shown: the identity prefix of
-// the element's packing (nft.Packed), ~23 bytes for an endpoint slot. The indexes key their
-// entries by the ID their packed element starts with, so an index holds no second copy of it.
+// the element's packing (nft.Packed), at most 24 bytes for an endpoint slot (TestElementID).
+// The indexes key their entries by the ID their packed element starts with, so an index holds
+// no second copy of it.
 func ElementID(e *nft.Element) string {
 	var buf [96]byte
 	return string(nft.AppendID(buf[:0], e))
@@ -44,8 +51,7 @@ func ElementID(e *nft.Element) string {
 
 // SetCost is what one named set counts for in Cost. The kernel keeps a table's sets in a list
 // that every op naming a set walks, so a set costs far more than an element, and more the more
-// sets the table holds: at a thousand sets in the table one more set took about as much kernel
-// time as a hundred elements (bench/README.md, "What one Service costs").
+// sets the table holds; the ratio is measured in bench/README.md, "What one Service costs".
 const SetCost = 100
 
 // Cost is what the fragment asks of the kernel to install, in elements' worth: one per chain,
