@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nftproxy/nftproxy/test/cluster"
 )
 
 // ClientCA signs client certificates the API server accepts (--client-ca-file): the kubelet's
@@ -27,27 +29,9 @@ type ClientCA struct {
 
 // NewClientCA creates a CA in dir.
 func NewClientCA(dir string) (*ClientCA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "nftproxy-node-client-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, key, der, err := cluster.NewCA("nftproxy-node-client-ca")
 	if err != nil {
 		return nil, fmt.Errorf("client CA: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
 	}
 	ca := &ClientCA{File: filepath.Join(dir, "client-ca.crt"), dir: dir, cert: cert, key: key}
 	if err := os.WriteFile(ca.File, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
