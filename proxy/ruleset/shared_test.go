@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/fragment"
@@ -75,6 +76,19 @@ func TestNamedSetsDoNotGrowWithServices(t *testing.T) {
 			extra = append(extra[:5], "…")
 		}
 		t.Errorf("10 Services: %d named sets, 1000 Services: %d (more: %v); want the same count", len(small.Sets), len(large.Sets), extra)
+	}
+	// ClientIP affinity in an ip table keeps no set of its own either: a sticky port is a
+	// shared-mode port whose choice is recorded in the shared affinity maps.
+	sticky := func(svcs []*model.Service) []*model.Service {
+		for _, s := range svcs {
+			for i := range s.Ports {
+				s.Ports[i].AffinityTimeout = 3 * time.Hour
+			}
+		}
+		return svcs
+	}
+	if s, l := b.Ruleset(testNode(), sticky(cluster(10))), b.Ruleset(testNode(), sticky(cluster(1000))); len(s.Sets) != len(l.Sets) {
+		t.Errorf("sticky: 10 Services: %d named sets, 1000 Services: %d; want the same count", len(s.Sets), len(l.Sets))
 	}
 	// Shared chains are bounded by the endpoint counts in use, not by the Services.
 	own := 0
