@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/proxy/fragment"
 	"github.com/nftproxy/nftproxy/proxy/model"
 )
 
@@ -70,5 +71,57 @@ func TestInputIsNormalised(t *testing.T) {
 				t.Errorf("base fragment elements:\n%v\nwant:\n%v", got.Elements, wantBase.Elements)
 			}
 		})
+	}
+}
+
+// TestHairpinElementsOnce: a Service's fragment (what a partial sync sends) holds an endpoint's
+// hairpin element once, even when the endpoint is both a cluster-wide and a node-local pick.
+// (Other sets may repeat an element within a fragment, a ClusterIP of several ports: Merge and
+// the reconciler keep one; the hairpin set has one element per endpoint, the most of any.)
+func TestHairpinElementsOnce(t *testing.T) {
+	b := policyBuilder(t)
+	svcs := append(services(),
+		webPort(func(sp *model.ServicePort) {
+			sp.ExternalTrafficLocal = true
+			sp.Endpoints = append(on(otherNode, pod2), on(thisNode, pod1, pod3)...)
+		}),
+		webPort(func(sp *model.ServicePort) {
+			sp.InternalTrafficLocal = true
+			sp.Endpoints = append(on(thisNode, pod3, pod1), on(otherNode, pod2)...)
+		}))
+	for _, s := range svcs {
+		seen := map[string]bool{}
+		for _, e := range b.Service(zonedNode(""), s).Elements {
+			if e.Set != SetHairpin {
+				continue
+			}
+			if id := fragment.ElementID(&e); seen[id] {
+				t.Errorf("%v: element %v in set %s listed twice", s.Key, e.Key, e.Set)
+			}
+			seen[fragment.ElementID(&e)] = true
+		}
+	}
+}
+
+// TestAddressesOfTheOtherFamilyIgnored: a dual-stack Service's LoadBalancer and external IPs
+// of the other family do not make it externally reachable in this family's table; here an
+// internalTrafficPolicy Local port without local endpoints stays rejecting, as without them.
+func TestAddressesOfTheOtherFamilyIgnored(t *testing.T) {
+	b := testBuilder(t, nil)
+	build := func(mut func(*model.ServicePort)) string {
+		svcs := services()
+		rtp := &svcs[1].Ports[0]
+		rtp.InternalTrafficLocal = true
+		if mut != nil {
+			mut(rtp)
+		}
+		return nft.Render(b.Ruleset(testNode(), svcs))
+	}
+	want := build(nil)
+	got := build(func(sp *model.ServicePort) {
+		sp.LoadBalancerIPs, sp.ExternalIPs = addrs("fd00:19::100"), addrs("fd00:19::200")
+	})
+	if got != want {
+		t.Errorf("IPv6 LoadBalancer and external IPs changed the ip table:\n%s\nwant:\n%s", got, want)
 	}
 }
