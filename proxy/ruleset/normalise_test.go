@@ -125,3 +125,20 @@ func TestAddressesOfTheOtherFamilyIgnored(t *testing.T) {
 		t.Errorf("IPv6 LoadBalancer and external IPs changed the ip table:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestNoEndpointMapElementsAreIntervals: the no-endpoint map is an interval map (ranges share
+// it), so a single port's element carries its end too: the kernel needs both ends of an
+// element of a concatenated interval map.
+func TestNoEndpointMapElementsAreIntervals(t *testing.T) {
+	b := testBuilder(t, nil)
+	n := 0
+	for _, e := range b.Ruleset(testNode(), services()).Elements[MapNoEndpointServices] {
+		n++
+		if !reflect.DeepEqual(e.KeyEnd, e.Key) {
+			t.Errorf("no-endpoint element %v: end %v, want the key itself (a one-port interval)", e.Key, e.KeyEnd)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no element in %s: the test cluster's Service without endpoints should have one", MapNoEndpointServices)
+	}
+}
