@@ -1,10 +1,13 @@
 package ruleset
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/fragment"
@@ -140,5 +143,29 @@ func TestNoEndpointMapElementsAreIntervals(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatalf("no element in %s: the test cluster's Service without endpoints should have one", MapNoEndpointServices)
+	}
+}
+
+// TestAffinityEndpointsDeclared: a ClientIP-affinity port declares to the reconciler each
+// endpoint its rules may record into the affinity map (Fragment.Recorded; no rule names them),
+// once each, an endpoint picked both cluster-wide and node-locally included: without them the
+// reconciler's prune would take the Service's live affinity entries for stale ones.
+func TestAffinityEndpointsDeclared(t *testing.T) {
+	svc := webPort(func(sp *model.ServicePort) {
+		sp.AffinityTimeout, sp.ExternalTrafficLocal = time.Minute, true
+		sp.Endpoints = append(on(thisNode, pod1), on(otherNode, pod2)...)
+	})
+	f := policyBuilder(t).Service(testNode(), svc)
+	var got []string
+	for _, r := range f.Recorded {
+		got = append(got, fmt.Sprintf("%s %v", r.Set, r.Data))
+	}
+	slices.Sort(got)
+	want := []string{
+		fmt.Sprintf("%s %v", MapAffinity, []nft.Value{nft.Addr(netip.MustParseAddr(pod1)), nft.Port(8080)}),
+		fmt.Sprintf("%s %v", MapAffinity, []nft.Value{nft.Addr(netip.MustParseAddr(pod2)), nft.Port(8080)}),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("recorded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
