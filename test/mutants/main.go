@@ -52,6 +52,7 @@ func main() {
 		}
 		all = append(all, ms...)
 	}
+	ByKind(all)
 	tmp, err := os.MkdirTemp("", "mutants-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
@@ -111,8 +112,7 @@ var negations = map[token.Token]token.Token{
 	token.LAND: token.LOR, token.LOR: token.LAND,
 }
 
-// Find lists the mutants of the non-test Go files of dir, statement deletions first (they are
-// the likeliest to remove a behaviour), then negations, then constants.
+// Find lists the mutants of the non-test Go files of dir.
 func Find(dir string) ([]Mutant, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -133,9 +133,15 @@ func Find(dir string) ([]Mutant, error) {
 		}
 		ms = append(ms, got...)
 	}
+	return ms, nil
+}
+
+// ByKind orders mutants statement deletions first (they are the likeliest to remove a
+// behaviour), then negations, booleans and constants, so that a run cut short by -for has
+// tried the deletions of every package named.
+func ByKind(ms []Mutant) {
 	rank := map[string]int{"delete": 0, "negate": 1, "bool": 2, "constant": 3}
 	sort.SliceStable(ms, func(i, j int) bool { return rank[ms[i].Op] < rank[ms[j].Op] })
-	return ms, nil
 }
 
 // FindInFile lists the mutants of one file's source.
