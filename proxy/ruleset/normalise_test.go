@@ -169,3 +169,14 @@ func TestAffinityEndpointsDeclared(t *testing.T) {
 		t.Errorf("recorded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestRejectedServiceBuildsNothing: a Service the model rejected (its reason is reported
+// elsewhere) adds nothing to the ruleset, whatever ports it lists.
+func TestRejectedServiceBuildsNothing(t *testing.T) {
+	svc := services()[0]
+	svc.Rejected = &model.Rejection{Reason: "range-end-before-start", Message: "x"}
+	f := testBuilder(t, nil).Service(testNode(), svc)
+	if len(f.Chains)+len(f.Sets)+len(f.Elements)+len(f.Recorded) != 0 {
+		t.Errorf("rejected Service's fragment: %+v, want it empty", f)
+	}
+}
