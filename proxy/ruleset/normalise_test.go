@@ -180,3 +180,38 @@ func TestRejectedServiceBuildsNothing(t *testing.T) {
 		t.Errorf("rejected Service's fragment: %+v, want it empty", f)
 	}
 }
+
+// TestSourceRangesOnlyWithLoadBalancerIPs: loadBalancerSourceRanges filter traffic to the
+// LoadBalancer IPs only: a port without LoadBalancer IPs of this family builds the same
+// ruleset with or without them.
+func TestSourceRangesOnlyWithLoadBalancerIPs(t *testing.T) {
+	b := testBuilder(t, nil)
+	build := func(ranges bool) string {
+		svcs := services()
+		web := &svcs[0].Ports[0]
+		web.LoadBalancerIPs = addrs("fd00:19::100")
+		if ranges {
+			web.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}
+		}
+		return nft.Render(b.Ruleset(testNode(), svcs))
+	}
+	if got, want := build(true), build(false); got != want {
+		t.Errorf("source ranges changed a port without LoadBalancer IPs:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestAllPortsNoEndpointElementIsNoInterval: the all-ports no-endpoint map is a plain map
+// (address . protocol): its elements carry no interval end, which only an interval map takes.
+func TestAllPortsNoEndpointElementIsNoInterval(t *testing.T) {
+	svcs := services()
+	svcs[2].Ports[0].Endpoints = nil
+	els := testBuilder(t, nil).Ruleset(testNode(), svcs).Elements[MapNoEndpointAllPorts]
+	if len(els) == 0 {
+		t.Fatalf("no element in %s for the all-ports Service without endpoints", MapNoEndpointAllPorts)
+	}
+	for _, e := range els {
+		if e.KeyEnd != nil {
+			t.Errorf("%s element %v has an interval end %v", MapNoEndpointAllPorts, e.Key, e.KeyEnd)
+		}
+	}
+}
