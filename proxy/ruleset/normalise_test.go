@@ -215,3 +215,17 @@ func TestAllPortsNoEndpointElementIsNoInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestSCTPServiceProgrammed: an SCTP port is programmed as TCP and UDP ports are, with
+// protocol 132 in its keys.
+func TestSCTPServiceProgrammed(t *testing.T) {
+	svcs := services()
+	web := &svcs[0].Ports[0]
+	web.Name.Protocol = model.SCTP
+	for _, e := range testBuilder(t, nil).Ruleset(testNode(), svcs).Elements[MapServiceIPs] {
+		if len(e.Key) == 3 && e.Key[0] == nft.Addr(netip.MustParseAddr(webIP)) && reflect.DeepEqual(e.Key[1], nft.Proto(132)) {
+			return
+		}
+	}
+	t.Errorf("no %s element for the SCTP port of %s", MapServiceIPs, webIP)
+}
