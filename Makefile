@@ -63,7 +63,8 @@ golden:
 ## About 20 mutants a minute with 2 workers on a busy 2-core machine; the four packages hold
 ## ~4,800 (proxy/ruleset ~440, ~25 min; nft ~2,800), so MUTANTS_FOR bounds the run: deletions
 ## of every package are tried first, what is left is listed as not run. MUTANT_PKGS picks
-## packages. The kernel tier (nft, proxy/ruleset, proxy/reconciler) could kill more mutants:
+## packages; after adding tests, `go run ./test/mutants -retest $(MUTANTS_OUT) PKG...` tests only
+## the survivors again. The kernel tier (nft, proxy/ruleset, proxy/reconciler) could kill more mutants:
 ## `go run ./test/mutants -kernel` (needs root) runs each mutant's tests without
 ## NFTPROXY_UNIT_ONLY.
 MUTANT_PKGS     ?= ./proxy/ruleset ./proxy/model ./proxy/reconciler ./nft

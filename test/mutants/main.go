@@ -37,6 +37,7 @@ func main() {
 	perMutant := flag.Duration("timeout", 2*time.Minute, "a mutant whose tests run longer than this counts as killed (a hang is noticed)")
 	workers := flag.Int("workers", 1, "mutants tested at once")
 	run := flag.String("run", "", "passed to go test -run (empty: every test of the package)")
+	retest := flag.String("retest", "", "a previous report: test only the mutants it lists as survived (after adding tests)")
 	kernel := flag.Bool("kernel", false, "also run the kernel tier's tests of each package against every mutant (needs root; without it NFTPROXY_UNIT_ONLY=1 skips them)")
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -53,6 +54,14 @@ func main() {
 		all = append(all, ms...)
 	}
 	ByKind(all)
+	if *retest != "" {
+		text, err := os.ReadFile(*retest)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mutants: -retest:", err)
+			os.Exit(2)
+		}
+		all = Survivors(all, string(text))
+	}
 	tmp, err := os.MkdirTemp("", "mutants-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
@@ -206,6 +215,27 @@ func deletable(s ast.Stmt) bool {
 		return true
 	}
 	return false
+}
+
+// Survivors keeps the mutants a report lists as survived.
+func Survivors(ms []Mutant, report string) []Mutant {
+	listed := map[string]bool{}
+	in := false
+	for _, l := range strings.Split(report, "\n") {
+		switch {
+		case strings.HasSuffix(l, ":") && !strings.HasPrefix(l, " "):
+			in = l == string(Survived)+":"
+		case in:
+			listed[strings.TrimSpace(l)] = true
+		}
+	}
+	var out []Mutant
+	for _, m := range ms {
+		if listed[m.String()] {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func oneLine(s string) string {

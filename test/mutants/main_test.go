@@ -61,3 +61,14 @@ func TestSummaryScore(t *testing.T) {
 		t.Errorf("Summary = %q, want %q", got, want)
 	}
 }
+
+func TestSurvivorsReadsTheReport(t *testing.T) {
+	ms, err := FindInFile("p", "p.go", []byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := Report([]Result{{Mutant: ms[0], Status: Survived}, {Mutant: ms[1], Status: Killed}, {Mutant: ms[2], Status: NotRun}})
+	if got := Survivors(ms, report); len(got) != 1 || got[0] != ms[0] {
+		t.Errorf("Survivors = %v, want only %v", got, ms[0])
+	}
+}
