@@ -47,6 +47,9 @@ func TestInputIsNormalised(t *testing.T) {
 			p.Endpoints = []model.Endpoint{p.Endpoints[0], p.Endpoints[0]}
 			p.Endpoints[0].Port, p.Endpoints[1].Port = 5000, 6000
 		}, nil},
+		{"an endpoint without a numeric port (a named target port not resolved)", func(s []*model.Service) {
+			web(s).Endpoints = append(web(s).Endpoints, model.Endpoint{Addr: netip.MustParseAddr("198.18.128.20"), Ready: true, Serving: true})
+		}, nil},
 		{"node addresses out of order and repeated", nil, func(n *model.Node) {
 			n.Addresses = addrs(nodeBridge, "127.0.0.1", nodeIP, nodeBridge)
 		}},
@@ -228,4 +231,40 @@ func TestSCTPServiceProgrammed(t *testing.T) {
 		}
 	}
 	t.Errorf("no %s element for the SCTP port of %s", MapServiceIPs, webIP)
+}
+
+// TestBitMask: every bit of the 32-bit mark is usable, bit 0 included; others are refused.
+func TestBitMask(t *testing.T) {
+	for bit, want := range map[int]uint32{0: 1, 14: 0x4000, 31: 0x80000000} {
+		if got, err := BitMask(bit); err != nil || got != want {
+			t.Errorf("BitMask(%d) = %#x, %v; want %#x", bit, got, err, want)
+		}
+	}
+	for _, bit := range []int{-1, 32} {
+		if _, err := BitMask(bit); err == nil {
+			t.Errorf("BitMask(%d): no error, want one", bit)
+		}
+	}
+}
+
+// TestExternalAddressesWithoutEndpointsReject: a LoadBalancer or external IP of a port
+// without endpoints goes to the no-endpoint map (reject), as its ClusterIP does.
+func TestExternalAddressesWithoutEndpointsReject(t *testing.T) {
+	svcs := services()
+	svcs[0].Ports[0].Endpoints = nil
+	rs := testBuilder(t, nil).Ruleset(testNode(), svcs)
+	for _, ip := range []string{webIP, lbIP, extIP} {
+		found := false
+		for _, e := range rs.Elements[MapNoEndpointServices] {
+			found = found || e.Key[0] == nft.Addr(netip.MustParseAddr(ip))
+		}
+		for _, e := range rs.Elements[MapServiceIPs] {
+			if e.Key[0] == nft.Addr(netip.MustParseAddr(ip)) {
+				t.Errorf("%s of a port without endpoints is in %s", ip, MapServiceIPs)
+			}
+		}
+		if !found {
+			t.Errorf("%s of a port without endpoints is not in %s", ip, MapNoEndpointServices)
+		}
+	}
 }
