@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nftproxy/nftproxy/cmd/nftproxy/app.Version=$(VERSION)
 IMAGE   ?= ghcr.io/nftproxy/nftproxy:$(VERSION)
 
-.PHONY: all build image deps cluster-tools test unit lint golden busy-test busy-run e2e soak bench demo clean
+.PHONY: all build image deps cluster-tools test unit lint golden mutants busy-test busy-run e2e soak bench demo clean
 
 all: build
 
@@ -55,6 +55,24 @@ test: deps lint build cluster-tools node-tools
 ## scripts) from what the code produces now; review `git diff` of the testdata before committing
 golden:
 	$(GO) test -count=1 -run '^Test(Ruleset|PartialSync|Sync)Golden$$' ./proxy/ruleset/ ./proxy/reconciler/ ./proxy/proxier/ -update
+
+## mutants: mutation testing (test/mutants) of the builder, the model, the reconciler and the nft
+## layer in unit mode: each mutant (a deleted statement, a negated condition, a changed constant
+## or boolean) is compiled through `go test -overlay` (the tree is never written) and that
+## package's unit tests run against it. Writes the score and every survivor to MUTANTS_OUT.
+## About 20 mutants a minute with 2 workers on a busy 2-core machine; the four packages hold
+## ~4,800 (proxy/ruleset ~440, ~25 min; nft ~2,800), so MUTANTS_FOR bounds the run: deletions
+## of every package are tried first, what is left is listed as not run. MUTANT_PKGS picks
+## packages; after adding tests, `go run ./test/mutants -retest $(MUTANTS_OUT) PKG...` tests only
+## the survivors again. The kernel tier (nft, proxy/ruleset, proxy/reconciler) could kill more mutants:
+## `go run ./test/mutants -kernel` (needs root) runs each mutant's tests without
+## NFTPROXY_UNIT_ONLY.
+MUTANT_PKGS     ?= ./proxy/ruleset ./proxy/model ./proxy/reconciler ./nft
+MUTANTS_FOR     ?= 60m
+MUTANTS_WORKERS ?= 2
+MUTANTS_OUT     ?= bin/mutants.txt
+mutants:
+	$(GO) run ./test/mutants -for $(MUTANTS_FOR) -workers $(MUTANTS_WORKERS) -out $(MUTANTS_OUT) $(MUTANT_PKGS)
 
 ## busy-test: the real-API-server tiers (test/cluster, test/allocator, test/k8s) beside a CPU hog,
 ## one `yes` per core for as long as the tests run (killed when they end or fail, and bounded by

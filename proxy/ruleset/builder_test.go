@@ -1,8 +1,11 @@
 package ruleset
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -287,4 +290,44 @@ func TestServiceScratchEqualsService(t *testing.T) {
 			t.Errorf("ServiceScratch(%v) differs from Service:\n got %+v\nwant %+v", s.Key, got, want)
 		}
 	}
+}
+
+// TestServiceScratchLeavesServiceAlone: a fragment from Service is the caller's to keep; a later
+// ServiceScratch call reuses only ServiceScratch's own memory, never what Service handed out.
+// And ServiceScratch does reuse it: a warm builder allocates less for it than for Service.
+func TestServiceScratchLeavesServiceAlone(t *testing.T) {
+	b, node, svcs := testBuilder(t, nil), testNode(), services()
+	b.ServiceScratch(node, svcs[1])
+	kept := b.Service(node, svcs[0])
+	want := fmt.Sprintf("%+v", kept)
+	for _, s := range svcs {
+		b.ServiceScratch(node, s)
+	}
+	if got := fmt.Sprintf("%+v", kept); got != want {
+		t.Errorf("Service's fragment changed under later ServiceScratch calls:\n got %s\nwant %s", got, want)
+	}
+	web := svcs[0]
+	for i := range 50 { // each endpoint's slots are elements whose keys ServiceScratch cuts from its slab
+		web.Ports[0].Endpoints = append(web.Ports[0].Endpoints, model.Endpoint{Addr: netip.AddrFrom4([4]byte{198, 18, 129, byte(i)}), Port: 8080, Ready: true, Serving: true})
+	}
+	scratch := allocatedBytes(func() { b.ServiceScratch(node, web) })
+	fresh := allocatedBytes(func() { b.Service(node, web) })
+	t.Logf("bytes a call: scratch %d fresh %d", scratch, fresh)
+	if scratch > fresh/2 {
+		t.Errorf("ServiceScratch allocates %d bytes a call, Service %d: want at most half (it reuses its memory)", scratch, fresh)
+	}
+}
+
+// allocatedBytes is what one call of f allocates on the heap, averaged over 20 calls after a
+// warm-up one (a byte count, not a time: it does not depend on how busy the machine is).
+func allocatedBytes(f func()) uint64 {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	f()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return (after.TotalAlloc - before.TotalAlloc) / 20
 }

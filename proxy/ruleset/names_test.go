@@ -162,3 +162,20 @@ func TestSharedChainNames(t *testing.T) {
 		}
 	}
 }
+
+func TestCutTextKeepsWhatFits(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"abcdef", 3, "abc"},
+		{"abcdef", 6, "abcdef"},
+		{"ab€cd", 4, "ab"}, // € is bytes 2-4: cut before it, not inside
+		{"ab€cd", 5, "ab€"},
+	} {
+		if got := cutText(c.in, c.n); got != c.want {
+			t.Errorf("cutText(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"fmt"
 	"math/rand"
 	"net/netip"
 	"slices"
@@ -267,6 +268,22 @@ func TestSessionAffinityIPv6(t *testing.T) {
 		if s.Timeout != 3*time.Second || s.Size != nft.DynsetDefaultSize {
 			t.Errorf("affinity set %+v: want timeout 3s and the kernel's default size", s)
 		}
+	}
+	// The per-endpoint sets keep a client on its endpoint too, until the timeout.
+	tr = newTracer(t, rs)
+	for pick := uint32(0); pick < 2; pick++ {
+		c := tcp(fmt.Sprintf("fd00:18::2:%d", pick), "fd00:19::10", 80)
+		first := tr.connect(c, func(uint32) uint32 { return pick })
+		if len(first.dnat) != 1 {
+			t.Fatalf("a new client picking %d: got %v, want one endpoint", pick, first.dnat)
+		}
+		if got := tr.run(c); !slices.Equal(got.dnat, first.dnat) {
+			t.Errorf("endpoints on two port numbers: the client's next connection goes to %v, want %v", got.dnat, first.dnat)
+		}
+	}
+	tr.expire()
+	if got := tr.run(tcp("fd00:18::2:0", "fd00:19::10", 80)); len(got.dnat) != 2 {
+		t.Errorf("endpoints on two port numbers, after the timeout: candidates %v, want both endpoints", got.dnat)
 	}
 }
 
