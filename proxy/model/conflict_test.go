@@ -12,7 +12,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/annotation"
 )
 
-// TestConflictWithholdsOnlyTheClash (issue 17 item 5): two LoadBalancer Services share an
+// TestConflictWithholdsOnlyTheClash: two LoadBalancer Services share an
 // ingress IP. The younger one's port 443 clashes with the older one's there: only that port on
 // that address is withheld; its ClusterIP keeps 443, and its port 80 stays on the shared IP.
 func TestConflictWithholdsOnlyTheClash(t *testing.T) {

@@ -60,7 +60,7 @@ func cluster(n int) []*model.Service {
 	return out
 }
 
-// TestNamedSetsDoNotGrowWithServices is issue 15's goal: the kernel walks a list of a table's
+// TestNamedSetsDoNotGrowWithServices pins a layout goal: the kernel walks a list of a table's
 // sets for every op that names one, so a set per Service makes a full sync quadratic.
 func TestNamedSetsDoNotGrowWithServices(t *testing.T) {
 	b := policyBuilder(t)

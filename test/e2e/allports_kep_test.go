@@ -10,7 +10,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
-// KEP-2610's test plan (issue 17 item 6), by packets: all-ports set on a running Service, unset
+// KEP-2610's test plan, by packets: all-ports set on a running Service, unset
 // again leaving its one port, an explicit "false", and all-ports with loadBalancerSourceRanges.
 
 // TestAllPortsToggled: one running Service goes through the KEP's states. With an explicit

@@ -65,7 +65,7 @@ func (e *env) writeSliceWithPorts(s fixture.Service, name string, pods []int, po
 	e.writeFile(s.NS()+"-"+name+".yaml", fixture.YAML(slice))
 }
 
-// TestAllPortsWithoutPorts (issue 17 item 1): an all-ports Service that lists no ports at all,
+// TestAllPortsWithoutPorts: an all-ports Service that lists no ports at all,
 // as KEP-2610 has it, forwards every port of TCP, UDP and SCTP on its ClusterIP to the pod on the
 // same port. Its EndpointSlice has no ports either (item 2). The API server requires ports, so
 // manifest mode is where this shape exists; it used to be refused, then programmed as nothing.
@@ -117,7 +117,7 @@ func TestAllPortsWithoutPorts(t *testing.T) {
 	}
 }
 
-// TestAllPortsSlicesWithoutPorts (issue 17 item 2): the EndpointSlice of an all-ports Service
+// TestAllPortsSlicesWithoutPorts: the EndpointSlice of an all-ports Service
 // whose ports list is empty (KEP-2610's design), or whose port entry has no port number (the
 // EndpointSlice API's "all ports"), gives the Service its endpoints. The empty list used to
 // give none, so traffic was refused.

@@ -9,7 +9,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
-// TestConflictWithholdsOnlyTheClash (issue 17 item 5): two LoadBalancer Services share an
+// TestConflictWithholdsOnlyTheClash: two LoadBalancer Services share an
 // ingress IP and both use port 443 there. The older one (by name: the manifests carry no
 // timestamps) keeps 443 on the shared IP; the younger one loses only that port on that address:
 // its ClusterIP still answers on 443 and 80, and its port 80 on the shared IP is still its own.

@@ -14,7 +14,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
-// Day-2 behaviours that need the daemon's after-sync work (issue 4): stale UDP conntrack
+// Day-2 behaviours that need the daemon's after-sync work: stale UDP conntrack
 // entries deleted when an endpoint goes, and the health-check node port of an
 // externalTrafficPolicy=Local Service following its local endpoints.
 

@@ -14,7 +14,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
-// The node-address guard scenario (issue 14, findings 1, 3, 7, 8): Services that name the node's
+// The node-address guard scenario: Services that name the node's
 // own addresses, through the daemon binary, proven by packets. The node runs its own identity
 // server ("node") on SSH's port 22, the kubelet's 10250 and a random port, on its primary
 // addresses (in the Node object) and on its client-link addresses (only the kernel knows them).

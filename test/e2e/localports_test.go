@@ -8,7 +8,7 @@ import (
 )
 
 // TestDaemonWarnsEphemeralOverlap: the daemon checks its own node's ephemeral ports, read in its
-// network namespace (issue 17 item 8; only the allocator's leader used to, on its node). The
+// network namespace (only the allocator's leader used to, on its node). The
 // node's ip_local_port_range is set to cover the default node-port range with part of it
 // reserved: the daemon names the overlap in a warning and counts it in
 // nftproxy_ephemeral_overlap_ports, while the test's own namespace keeps its value.

@@ -9,7 +9,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/lab"
 )
 
-// The long-name scenario (issue 14): a NodePort Service at the API's name limits (namespace
+// The long-name scenario: a NodePort Service at the API's name limits (namespace
 // team-a, a 63-character name, a 15-character port name) made every sync fail with a comment
 // over nft's 127 bytes, so nothing else on the node was programmed. Through the binary: both it
 // and a neighbour are programmed and answer on their ClusterIP and node port.

@@ -17,7 +17,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
-// Traffic policies (issue 4): externalTrafficPolicy and internalTrafficPolicy Local, ClientIP
+// Traffic policies: externalTrafficPolicy and internalTrafficPolicy Local, ClientIP
 // session affinity, loadBalancerSourceRanges, topology. The lab's pods all sit on this node's
 // bridge; an endpoint counts as remote when its EndpointSlice says nodeName: node-b, which is
 // all the daemon looks at.

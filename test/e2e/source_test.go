@@ -14,7 +14,7 @@ import (
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
-// A manifest source that fails keeps the last good state (issue 14, finding 4).
+// A manifest source that fails keeps the last good state.
 
 // TestOnceMissingDirectoryKeepsRules: `run --once` on a missing directory exits non-zero and
 // leaves the kernel as it was (it used to apply "no Services": every rule deleted, exit 0).

@@ -155,7 +155,7 @@ func (e *env) createChurnServices(ws []*writer) time.Duration {
 	return time.Since(start)
 }
 
-// TestChurnThroughTheAPIServer is issue 19's churn in Kubernetes mode: many Services, then
+// TestChurnThroughTheAPIServer is the soak's churn in Kubernetes mode: many Services, then
 // EndpointSlice updates through the real API server by several clients at the rate the
 // profile asks (what the API server sustains is reported), each with the trigger time the
 // EndpointSlice controller would write. It reports what test/soak reports for manifest mode:

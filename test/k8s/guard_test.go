@@ -48,7 +48,7 @@ func (e *env) eventsOn(name string) []eventsv1.Event {
 	return out
 }
 
-// TestNodeIsGuardedInKubernetesMode (issue 14, findings 1 and 7) with the DaemonSet's own
+// TestNodeIsGuardedInKubernetesMode with the DaemonSet's own
 // settings: a user-written node-port block over the kubelet's port, which Kubernetes mode used to
 // program unchecked, and an all-ports LoadBalancer whose ingress IP (written in the status, as a
 // bare-metal load balancer does) is the node's address. Both are rejected with an Event and left

@@ -20,7 +20,7 @@ const (
 	barrierBlock              = 26000
 )
 
-// TestKEP1864ThroughTheAPI (issue 17, item 7) walks a LoadBalancer Service through KEP-1864's
+// TestKEP1864ThroughTheAPI walks a LoadBalancer Service through KEP-1864's
 // allocateLoadBalancerNodePorts true -> false -> true with the real API server and the
 // node-port block controller running, proving each step with packets from a client to the
 // node's address and to the LoadBalancer IP. The Service has a single port (http, TCP 80) and

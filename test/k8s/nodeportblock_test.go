@@ -18,7 +18,7 @@ import (
 // be answered.
 const blockFirst, blockLast = 24000, 24009
 
-// TestNodePortRangeBlockFromTheAllocator (issue 17, item 7) proves node-port blocks end to end
+// TestNodePortRangeBlockFromTheAllocator proves node-port blocks end to end
 // in Kubernetes mode: a NodePort range Service is created through the API without a block;
 // the node-port block controller (deploy/allocator's identity and block range) running against
 // the same API server records its block in nftproxy.io/node-port-ranges, the daemon (the

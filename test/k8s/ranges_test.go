@@ -20,7 +20,7 @@ const (
 	apiAnyPortA, apiAnyPortB    = 5000, 27017
 )
 
-// TestRangeAndAllPortsThroughTheAPI (issue 17, item 7) proves nftproxy's two port extensions in
+// TestRangeAndAllPortsThroughTheAPI proves nftproxy's two port extensions in
 // Kubernetes mode, written through the real API server and read by the daemon with the
 // DaemonSet's own permissions: a ClusterIP range Service forwards every port of its range (and
 // none beyond it) to its endpoint on the same port; an all-ports LoadBalancer forwards every

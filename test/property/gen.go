@@ -70,7 +70,7 @@ type Batch struct {
 	LocalIPs []netip.Addr
 }
 
-// Reserved ports no Service may capture or reject on a node address (issue 14's minimum: SSH,
+// Reserved ports no Service may capture or reject on a node address (the minimum: SSH,
 // etcd, the API server, the kubelet, nftproxy's metrics and health ports).
 var ReservedPorts = []uint16{22, 2379, 2380, 6443, 10249, 10250, 10256}
 

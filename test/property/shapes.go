@@ -34,7 +34,7 @@ const (
 	// NodePort range Service, in 16000-16999.
 	ShapeNodePortBlock Shape = "node-port-block"
 	// ShapeNodePortBlockReserved: an identity node-port block that covers the kubelet's port
-	// 10250 (issue 14 item 7).
+	// 10250.
 	ShapeNodePortBlockReserved Shape = "node-port-block-reserved"
 	// ShapeNodeAddressPort: a LoadBalancer ingress IP equal to a node address (k3s ServiceLB
 	// style) with single, unreserved ports: allowed, as upstream.
@@ -43,13 +43,13 @@ const (
 	// reserved port (22 or 10250).
 	ShapeNodeAddressReservedPort Shape = "node-address-reserved-port"
 	// ShapeNodeAddressAllPorts: all-ports on a LoadBalancer whose ingress IP is a node address
-	// (issue 14 item 1: node takeover).
+	// (a node takeover).
 	ShapeNodeAddressAllPorts Shape = "node-address-all-ports"
 	// ShapeNodeAddressRange: a port range covering reserved ports on a node address, through a
-	// LoadBalancer ingress IP or an externalIP (issue 14 item 1).
+	// LoadBalancer ingress IP or an externalIP.
 	ShapeNodeAddressRange Shape = "node-address-range"
 	// ShapeSourceRangeSpaces: loadBalancerSourceRanges entries with spaces around them, which
-	// the API server accepts (it trims them) (issue 14 item 8).
+	// the API server accepts (it trims them).
 	ShapeSourceRangeSpaces Shape = "source-range-spaces"
 	// ShapeSpecialAddress: a cluster IP or load-balancer ingress IP that is a special address
 	// (unspecified, loopback, link-local, multicast, broadcast, cloud metadata); rejected with
