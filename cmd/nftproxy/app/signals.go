@@ -42,7 +42,8 @@ type signalHandler struct {
 
 // handleSignals starts handling every signal of stopSignals and heldSignals for a command; the
 // returned context ends on the first stop signal, and stop ends the handling (the default
-// behaviours return).
+// behaviours return, except SIGPIPE's: it stays ignored, since the last log lines of a stopping
+// daemon are written after stop and its log may be a closed pipe).
 func handleSignals(log logr.Logger, what string) (context.Context, *signalHandler, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &signalHandler{log: log.WithName("signals"), what: what, ch: make(chan os.Signal, 8), done: make(chan struct{})}
@@ -56,6 +57,7 @@ func handleSignals(log logr.Logger, what string) (context.Context, *signalHandle
 	var once sync.Once
 	return ctx, h, func() {
 		once.Do(func() {
+			swallowSIGPIPE()
 			signal.Stop(h.ch)
 			close(h.ch)
 			<-h.done
@@ -88,4 +90,20 @@ func (h *signalHandler) handle(sig os.Signal, cancel func()) {
 	default:
 		h.log.Info("signal received and ignored", "signal", name, "command", h.what)
 	}
+}
+
+var swallowPipe sync.Once
+
+// swallowSIGPIPE keeps SIGPIPE caught, and dropped, for the rest of the process. It is not
+// signal.Ignore: an ignored disposition is inherited by every program this process starts (a
+// test's daemon among them), while a caught one returns to the default in the child.
+func swallowSIGPIPE() {
+	swallowPipe.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGPIPE)
+		go func() {
+			for range ch {
+			}
+		}()
+	})
 }
