@@ -18,6 +18,13 @@ type Hook interface {
 	AfterCommit(ctx context.Context, c *Commit) error
 }
 
+// Retrier is a Hook that can leave work to retry after a later sync (a conntrack cleanup that
+// failed). While RetryPending reports true, the runner syncs again (about once a second, see
+// PendingCleanup) even when nothing changed, so the hook runs again.
+type Retrier interface {
+	RetryPending() bool
+}
+
 // Commit is what one successful sync committed, as its hooks see it.
 type Commit struct {
 	// Changed maps every Service the sync programmed, changed or removed to the model now in

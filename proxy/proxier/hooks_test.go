@@ -3,7 +3,9 @@ package proxier
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -89,5 +91,61 @@ func TestHooksSeeChangesOfFailedSyncs(t *testing.T) {
 	}
 	if len(calls) != 2 || len(calls[0].changed) != 0 {
 		t.Errorf("a sync without changes handed %+v, want both hooks told nothing changed", calls)
+	}
+}
+
+// retrying is a hook whose work fails the first fails calls and is retried meanwhile.
+type retrying struct {
+	mu           sync.Mutex
+	calls, fails int
+}
+
+func (h *retrying) AfterCommit(context.Context, *Commit) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls++
+	if h.calls <= h.fails {
+		return errors.New("conntrack socket: dump interrupted")
+	}
+	return nil
+}
+
+func (h *retrying) RetryPending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls <= h.fails
+}
+
+func (h *retrying) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls
+}
+
+// TestRunnerRetriesHooks: a hook with work left to retry (Retrier) is run again by syncs the
+// runner makes on its own, with no change and no Notify, until it has nothing pending; then the
+// runner waits for changes again.
+func TestRunnerRetriesHooks(t *testing.T) {
+	tr := model.NewTracker(model.TrackerConfig{Logger: logr.Discard()})
+	tr.UpsertService(service("web", "198.19.0.10"))
+	p := newProxier(t, &locked{k: nft.NewFake()}, tr, nil)
+	h := &retrying{fails: 2}
+	p.AddHook("retrying", h)
+	r := NewRunner(p, RunConfig{MinSyncPeriod: 10 * time.Millisecond, FullSyncPeriod: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// Bounded, generous wait: each retry follows StaleChainDelay.
+	deadline := time.Now().Add(30 * time.Second)
+	for h.count() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("hook ran %d times, want 3 (the first sync and two retries)", h.count())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.PendingCleanup() {
+		t.Error("cleanup still pending after the hook's retry succeeded")
 	}
 }

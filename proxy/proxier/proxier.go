@@ -360,5 +360,16 @@ func (p *Proxier) LastSuccess() time.Time { return p.lastSuccess }
 // FailingSince is when the current run of failed syncs began (zero when the last one succeeded).
 func (p *Proxier) FailingSince() time.Time { return p.failingSince }
 
-// PendingCleanup reports whether a later sync must delete chains that were flushed.
-func (p *Proxier) PendingCleanup() bool { return p.rec.PendingCleanup() }
+// PendingCleanup reports whether a later sync must delete chains that were flushed, or run a
+// hook again that has work to retry (Retrier).
+func (p *Proxier) PendingCleanup() bool {
+	if p.rec.PendingCleanup() {
+		return true
+	}
+	for _, h := range p.hooks {
+		if r, ok := h.h.(Retrier); ok && r.RetryPending() {
+			return true
+		}
+	}
+	return false
+}

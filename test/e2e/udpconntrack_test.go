@@ -31,8 +31,9 @@ func statsDsts(n int) []netip.AddrPort {
 // while the Service scales from pod-1 to no endpoints and back to pod-2, IPv4 and IPv6. With no
 // endpoints the datagrams are refused (none is carried to pod-1, which still answers here, so a
 // conntrack entry left from before would show); once pod-2 is the endpoint the same 5-tuple
-// reaches it. Upstream kube-proxy black-holed such a stream for as long as it kept sending
-// (kubernetes#139628): the entries DNAT'ed to the old endpoint stayed when the Service had none.
+// reaches it. Upstream kube-proxy (1.32 until its 2026 fix) black-holed such a stream for as long
+// as it kept sending: its cleanup skipped Services without endpoints, so the entries DNAT'ed to
+// the old endpoint stayed.
 func TestUDPStreamSurvivesScaleToZero(t *testing.T) {
 	t.Parallel()
 	svc := statsService("stats", 60, fixture.Pods(1))
@@ -70,8 +71,9 @@ func TestUDPStreamSurvivesScaleToZero(t *testing.T) {
 
 // TestUDPStreamsSurviveRestart: the daemon is restarted while clients keep sending to two UDP
 // Services, IPv4 and IPv6. One Service keeps its endpoint (pod-1): its streams keep their
-// conntrack entries (same ids) and their endpoint, since restarting the proxy must not move live
-// flows (kubernetes#122740). The other's endpoint moves from pod-1 to pod-2 while the daemon is
+// conntrack entries (marked before, still marked after) and their endpoint: restarting the proxy
+// must not move live flows, as kube-proxy's first sync once did by cleaning every UDP Service's
+// entries. The other's endpoint moves from pod-1 to pod-2 while the daemon is
 // down: the restarted daemon deletes its entries, and the same 5-tuples reach pod-2.
 func TestUDPStreamsSurviveRestart(t *testing.T) {
 	t.Parallel()

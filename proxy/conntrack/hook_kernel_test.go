@@ -1,0 +1,94 @@
+package conntrack_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/nftproxy/nftproxy/proxy/conntrack"
+	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/test/lab"
+)
+
+// TestHookRetriesFailedCleanupKernel: real UDP flows through the lab's node to the dns Service,
+// IPv4 and IPv6, DNAT'ed to pod-1. The rules then send new flows to pod-2 and the Service's
+// model loses pod-1, but that sync's cleanup fails (its context is cancelled), so the flows keep
+// their entries and still reach pod-1. The next sync changes nothing; its hook call retries the
+// cleanup: the same 5-tuples now reach pod-2, and a third call deletes nothing more.
+func TestHookRetriesFailedCleanupKernel(t *testing.T) {
+	l := lab.New(t, lab.Options{Prefix: "nftp-ctr", Pods: 2, Ports: []lab.PortSpec{lab.Port(5353)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	point(t, l, 1)
+	var flows []*lab.Flow
+	for _, dst := range []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)} {
+		f := lab.NewFlow(l.Client(1).NS, "udp", netip.AddrPortFrom(dst, 53).String())
+		t.Cleanup(f.Close)
+		if r := f.Probe(ctx); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
+			t.Fatalf("%s: first probe got %v, want a reply from pod-1", f, r)
+		}
+		flows = append(flows, f)
+	}
+
+	c, err := conntrack.New(logr.Discard(), conntrack.WithNetNSFd(l.Node.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	counter := &counting{c: c}
+	h := conntrack.NewHookOver(counter)
+	dns := func(pods ...int) map[model.ServiceKey]*model.Service {
+		s := models(pods...)[0]
+		return map[model.ServiceKey]*model.Service{s.Key: s}
+	}
+	if err := h.AfterChanges(ctx, dns(1), l.NodeIPs()); err != nil {
+		t.Fatal(err)
+	}
+	if counter.deleted != 0 {
+		t.Fatalf("the first cleanup deleted %d entries of flows to a serving endpoint", counter.deleted)
+	}
+
+	point(t, l, 2)
+	cancelled, cancelNow := context.WithCancel(ctx)
+	cancelNow()
+	if err := h.AfterChanges(cancelled, dns(2), l.NodeIPs()); err == nil {
+		t.Fatal("a cleanup with a cancelled context reported no error")
+	}
+	for _, f := range flows {
+		if r := f.Probe(ctx); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
+			t.Fatalf("%s after the failed cleanup: got %v, want pod-1 still (its entry stays)", f, r)
+		}
+	}
+
+	if err := h.AfterChanges(ctx, nil, l.NodeIPs()); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if counter.deleted != 2 {
+		t.Errorf("the retry deleted %d entries, want 2 (the IPv4 and IPv6 flows to pod-1)", counter.deleted)
+	}
+	for _, f := range flows {
+		if r := f.Probe(ctx); r.Outcome != lab.Replied || r.Reply.Pod != "pod-2" {
+			t.Errorf("%s after the retry: same 5-tuple got %v, want a reply from pod-2", f, r)
+		}
+	}
+	before := counter.calls
+	if err := h.AfterChanges(ctx, nil, l.NodeIPs()); err != nil || counter.calls != before {
+		t.Errorf("a sync after the successful retry: %d more cleanups (error %v), want none", counter.calls-before, err)
+	}
+}
+
+// counting passes cleanups to a Cleaner and counts them and what they deleted.
+type counting struct {
+	c              *conntrack.Cleaner
+	calls, deleted int
+}
+
+func (k *counting) Cleanup(ctx context.Context, targets []conntrack.Target) (conntrack.Result, error) {
+	k.calls++
+	res, err := k.c.Cleanup(ctx, targets)
+	k.deleted += res.Total()
+	return res, err
+}
