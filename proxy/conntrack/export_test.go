@@ -18,8 +18,8 @@ func NewHookOver(c interface {
 	return newHook(c)
 }
 
-// AfterChanges is AfterCommit without a proxier: changed as a Commit's Changed, and the
-// addresses node ports are served on.
-func (h *Hook) AfterChanges(ctx context.Context, changed map[model.ServiceKey]*model.Service, nodeAddrs []netip.Addr) error {
-	return h.afterChanges(ctx, changed, func() []netip.Addr { return nodeAddrs })
+// AfterChanges is AfterCommit without a proxier: changed and full as a Commit's Changed and
+// Full, and the addresses node ports are served on.
+func (h *Hook) AfterChanges(ctx context.Context, changed map[model.ServiceKey]*model.Service, full bool, nodeAddrs []netip.Addr) error {
+	return h.afterChanges(ctx, changed, full, func() []netip.Addr { return nodeAddrs })
 }

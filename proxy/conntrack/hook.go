@@ -53,15 +53,22 @@ func newHook(c cleaner) *Hook {
 }
 
 // AfterCommit cleans the flows of c.Changed that may be stale, and retries failed cleanups.
+// After a full sync (the first, the periodic resync, a repair) it sweeps every UDP Service: an
+// entry that escaped the cleanup of its change (a datagram still passing the old rules while
+// the new ones were committed and the table was read) goes then, as upstream kube-proxy's
+// reconciler, which checks every Service after every sync, would delete it.
 func (h *Hook) AfterCommit(ctx context.Context, c *proxier.Commit) error {
-	return h.afterChanges(ctx, c.Changed, c.NodePortAddrs)
+	return h.afterChanges(ctx, c.Changed, c.Full, c.NodePortAddrs)
 }
 
 // RetryPending reports whether a failed cleanup waits for a later sync (proxier.Retrier).
 func (h *Hook) RetryPending() bool { return len(h.retry) > 0 }
 
-func (h *Hook) afterChanges(ctx context.Context, changed map[model.ServiceKey]*model.Service, nodePortAddrs func() []netip.Addr) error {
+func (h *Hook) afterChanges(ctx context.Context, changed map[model.ServiceKey]*model.Service, full bool, nodePortAddrs func() []netip.Addr) error {
 	changes := h.memory.changes(changed)
+	if full {
+		changes = h.memory.sweep(changes)
+	}
 	retrying := len(h.retry) > 0 && h.skip == 0
 	if h.skip > 0 {
 		h.skip--

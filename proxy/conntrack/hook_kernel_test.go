@@ -44,7 +44,7 @@ func TestHookRetriesFailedCleanupKernel(t *testing.T) {
 		s := models(pods...)[0]
 		return map[model.ServiceKey]*model.Service{s.Key: s}
 	}
-	if err := h.AfterChanges(ctx, dns(1), l.NodeIPs()); err != nil {
+	if err := h.AfterChanges(ctx, dns(1), false, l.NodeIPs()); err != nil {
 		t.Fatal(err)
 	}
 	if counter.deleted != 0 {
@@ -54,7 +54,7 @@ func TestHookRetriesFailedCleanupKernel(t *testing.T) {
 	point(t, l, 2)
 	cancelled, cancelNow := context.WithCancel(ctx)
 	cancelNow()
-	if err := h.AfterChanges(cancelled, dns(2), l.NodeIPs()); err == nil {
+	if err := h.AfterChanges(cancelled, dns(2), false, l.NodeIPs()); err == nil {
 		t.Fatal("a cleanup with a cancelled context reported no error")
 	}
 	for _, f := range flows {
@@ -63,7 +63,7 @@ func TestHookRetriesFailedCleanupKernel(t *testing.T) {
 		}
 	}
 
-	if err := h.AfterChanges(ctx, nil, l.NodeIPs()); err != nil {
+	if err := h.AfterChanges(ctx, nil, false, l.NodeIPs()); err != nil {
 		t.Fatalf("the retry: %v", err)
 	}
 	if counter.deleted != 2 {
@@ -75,7 +75,7 @@ func TestHookRetriesFailedCleanupKernel(t *testing.T) {
 		}
 	}
 	before := counter.calls
-	if err := h.AfterChanges(ctx, nil, l.NodeIPs()); err != nil || counter.calls != before {
+	if err := h.AfterChanges(ctx, nil, false, l.NodeIPs()); err != nil || counter.calls != before {
 		t.Errorf("a sync after the successful retry: %d more cleanups (error %v), want none", counter.calls-before, err)
 	}
 }
@@ -91,4 +91,56 @@ func (k *counting) Cleanup(ctx context.Context, targets []conntrack.Target) (con
 	res, err := k.c.Cleanup(ctx, targets)
 	k.deleted += res.Total()
 	return res, err
+}
+
+// TestHookFullSyncSweepsKernel: flows that escaped the cleanup of their change (here: created
+// through rules that still DNAT to pod-1 after the hook was told pod-2 replaced it, as a datagram
+// racing the commit would be) are left by partial syncs and deleted after the next full one,
+// IPv4 and IPv6; a flow to the serving pod-2 keeps its entry.
+func TestHookFullSyncSweepsKernel(t *testing.T) {
+	l := lab.New(t, lab.Options{Prefix: "nftp-cts", Pods: 2, Ports: []lab.PortSpec{lab.Port(5353)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := conntrack.New(logr.Discard(), conntrack.WithNetNSFd(l.Node.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	counter := &counting{c: c}
+	h := conntrack.NewHookOver(counter)
+	dns := func(pods ...int) map[model.ServiceKey]*model.Service {
+		s := models(pods...)[0]
+		return map[model.ServiceKey]*model.Service{s.Key: s}
+	}
+	if err := h.AfterChanges(ctx, dns(2), true, l.NodeIPs()); err != nil {
+		t.Fatal(err)
+	}
+
+	open := func(dst netip.Addr, want string) *lab.Flow {
+		f := lab.NewFlow(l.Client(1).NS, "udp", netip.AddrPortFrom(dst, 53).String())
+		t.Cleanup(f.Close)
+		if r := f.Probe(ctx); r.Outcome != lab.Replied || r.Reply.Pod != want {
+			t.Fatalf("%s: first probe got %v, want a reply from %s", f, r, want)
+		}
+		return f
+	}
+	point(t, l, 1)
+	escaped := []*lab.Flow{open(lab.ClusterIPv4(1), "pod-1"), open(lab.ClusterIPv6(1), "pod-1")}
+	point(t, l, 2)
+	live := open(lab.ClusterIPv4(1), "pod-2")
+
+	if err := h.AfterChanges(ctx, nil, false, l.NodeIPs()); err != nil || counter.deleted != 0 {
+		t.Fatalf("a partial sync with no change: deleted %d (error %v), want nothing", counter.deleted, err)
+	}
+	if err := h.AfterChanges(ctx, nil, true, l.NodeIPs()); err != nil {
+		t.Fatal(err)
+	}
+	if counter.deleted != 2 {
+		t.Errorf("the full sync's sweep deleted %d entries, want 2 (the escaped IPv4 and IPv6 flows)", counter.deleted)
+	}
+	for _, f := range append(escaped, live) {
+		if r := f.Probe(ctx); r.Outcome != lab.Replied || r.Reply.Pod != "pod-2" {
+			t.Errorf("%s after the sweep: same 5-tuple got %v, want a reply from pod-2", f, r)
+		}
+	}
 }

@@ -41,7 +41,7 @@ func TestHookRetriesFailedCleanup(t *testing.T) {
 	toPod1, toPod2 := netip.AddrPortFrom(pod1, 5353), netip.AddrPortFrom(pod2, 5353)
 	call := func(step string, changed map[model.ServiceKey]*model.Service, wantErr bool) {
 		t.Helper()
-		if err := h.afterChanges(ctx, changed, func() []netip.Addr { return nil }); (err != nil) != wantErr {
+		if err := h.afterChanges(ctx, changed, false, func() []netip.Addr { return nil }); (err != nil) != wantErr {
 			t.Fatalf("%s: error %v, want an error: %v", step, err, wantErr)
 		}
 	}
@@ -95,13 +95,13 @@ func TestHookRetryBacksOff(t *testing.T) {
 	h := newHook(f)
 	ctx := context.Background()
 	none := func() []netip.Addr { return nil }
-	if err := h.afterChanges(ctx, map[model.ServiceKey]*model.Service{svcKey: svc(dns(ep(pod1, 5353)))}, none); err == nil {
+	if err := h.afterChanges(ctx, map[model.ServiceKey]*model.Service{svcKey: svc(dns(ep(pod1, 5353)))}, false, none); err == nil {
 		t.Fatal("the failing cleanup reported no error")
 	}
 	var retried []int
 	for i := 0; i < 20; i++ {
 		n := len(f.calls)
-		_ = h.afterChanges(ctx, nil, none)
+		_ = h.afterChanges(ctx, nil, false, none)
 		if len(f.calls) > n {
 			retried = append(retried, i)
 		}

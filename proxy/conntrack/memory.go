@@ -39,3 +39,20 @@ func (m *memory) changes(committed map[model.ServiceKey]*model.Service) []Change
 }
 
 func hasUDP(s *model.Service) bool { return len(udpPorts(s)) > 0 }
+
+// sweep adds to changes every remembered Service that is not in them, as new (nil before): its
+// Targets are all its frontends, keeping its serving endpoints.
+func (m *memory) sweep(changes []Change) []Change {
+	in := make(map[model.ServiceKey]bool, len(changes))
+	for _, c := range changes {
+		if c.New != nil {
+			in[c.New.Key] = true
+		}
+	}
+	for k, s := range m.synced {
+		if !in[k] {
+			changes = append(changes, Change{New: s})
+		}
+	}
+	return changes
+}

@@ -9,8 +9,9 @@
 // Services a sync changed to the frontends whose flows may be stale and the endpoints whose
 // flows must stay. Cleaner.Cleanup dumps the kernel's table once per family and deletes every
 // UDP entry whose original destination is one of those frontends and whose reply source is not
-// a serving endpoint. The Hook runs both after each sync, and retries a cleanup that failed: a
-// stale entry that a client keeps alive never times out.
+// a serving endpoint. The Hook runs both after each sync, retries a cleanup that failed (a stale
+// entry that a client keeps alive never times out) and, after a full sync, sweeps every UDP
+// Service.
 package conntrack
 
 import (
