@@ -43,7 +43,7 @@ func NewConntrack(reg prometheus.Registerer) (*Conntrack, error) {
 			Help: "Time of one conntrack cleanup (table dump, match, deletions), by family."}, []string{"family"}),
 		kpDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyConntrackDeleted,
 			Help: "kube-proxy compatible: conntrack entries deleted by the reconciler."}, []string{"ip_family"}),
-		kpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: KubeProxyConntrackSync, Buckets: conntrackBuckets,
+		kpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: KubeProxyConntrackSync, Buckets: kubeProxySyncBuckets,
 			Help: "kube-proxy compatible: conntrack reconciler run time."}, []string{"ip_family"}),
 	}
 	for _, f := range []string{"IPv4", "IPv6"} {

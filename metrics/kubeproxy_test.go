@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"math"
 	"net/url"
 	"reflect"
 	"runtime"
@@ -14,42 +15,87 @@ import (
 	clientmetrics "k8s.io/client-go/tools/metrics"
 )
 
-// kubeProxyFamily is one metric as kube-proxy exposes it: its name, type and label names.
+// kubeProxyFamily is one metric as kube-proxy exposes it: its name, type, label names and, for a
+// histogram, its bucket upper bounds.
 type kubeProxyFamily struct {
-	name   string
-	typ    dto.MetricType
-	labels []string
+	name    string
+	typ     dto.MetricType
+	labels  []string
+	buckets []float64
 }
 
-// kubeProxyMetrics are kube-proxy's metrics that nftproxy exposes under the same names, with
-// their types and label names as kube-proxy v1.34.4 declares them in pkg/proxy/metrics/metrics.go
-// (subsystem "kubeproxy"), so that dashboards and alerts built on kube-proxy read nftproxy
-// unchanged. The names are written here, not taken from this package's constants: a renamed
-// constant must fail this test.
+// kube-proxy's buckets, as its pkg/proxy/metrics/metrics.go declares them (component-base's
+// ExponentialBuckets, LinearBuckets and MergeBuckets are client_golang's).
+var (
+	kubeProxySyncLe        = prometheus.ExponentialBuckets(0.001, 2, 15)
+	kubeProxyProgrammingLe = append(append(append(prometheus.LinearBuckets(0.25, 0.25, 2), prometheus.LinearBuckets(1, 1, 59)...),
+		prometheus.LinearBuckets(60, 5, 12)...), prometheus.LinearBuckets(120, 30, 7)...)
+)
+
+// kubeProxyMetrics are the metrics kube-proxy v1.37.2 registers in nftables mode (RegisterMetrics
+// in pkg/proxy/metrics/metrics.go, subsystem "kubeproxy", feature gates at their defaults), with
+// their types, label names and buckets, so that dashboards and alerts built on kube-proxy read
+// nftproxy unchanged. The names are written here, not taken from this package's constants: a
+// renamed constant must fail this test.
 var kubeProxyMetrics = []kubeProxyFamily{
-	{"kubeproxy_sync_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{"kubeproxy_sync_full_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{"kubeproxy_sync_proxy_rules_last_timestamp_seconds", dto.MetricType_GAUGE, []string{"ip_family"}},
-	{"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", dto.MetricType_GAUGE, []string{"ip_family"}},
-	{"kubeproxy_network_programming_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", dto.MetricType_GAUGE, nil},
-	{"kubeproxy_sync_proxy_rules_endpoint_changes_total", dto.MetricType_COUNTER, nil},
-	{"kubeproxy_sync_proxy_rules_service_changes_pending", dto.MetricType_GAUGE, nil},
-	{"kubeproxy_sync_proxy_rules_service_changes_total", dto.MetricType_COUNTER, nil},
-	{"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", dto.MetricType_COUNTER, []string{"ip_family"}},
-	{"kubeproxy_proxy_healthz_total", dto.MetricType_COUNTER, []string{"code"}},
-	{"kubeproxy_proxy_livez_total", dto.MetricType_COUNTER, []string{"code"}},
-	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}},
-	{"kubeproxy_conntrack_reconciler_deleted_entries_total", dto.MetricType_COUNTER, []string{"ip_family"}},
-	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", dto.MetricType_GAUGE, []string{"traffic_policy", "ip_family"}},
+	{"kubeproxy_sync_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}, kubeProxySyncLe},
+	{"kubeproxy_sync_full_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}, kubeProxySyncLe},
+	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}, kubeProxySyncLe},
+	{"kubeproxy_sync_proxy_rules_last_timestamp_seconds", dto.MetricType_GAUGE, []string{"ip_family"}, nil},
+	{"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", dto.MetricType_GAUGE, []string{"ip_family"}, nil},
+	{"kubeproxy_network_programming_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}, kubeProxyProgrammingLe},
+	{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", dto.MetricType_GAUGE, nil, nil},
+	{"kubeproxy_sync_proxy_rules_endpoint_changes_total", dto.MetricType_COUNTER, nil, nil},
+	{"kubeproxy_sync_proxy_rules_service_changes_pending", dto.MetricType_GAUGE, nil, nil},
+	{"kubeproxy_sync_proxy_rules_service_changes_total", dto.MetricType_COUNTER, nil, nil},
+	{"kubeproxy_sync_proxy_rules_nftables_sync_failures_total", dto.MetricType_COUNTER, []string{"ip_family"}, nil},
+	{"kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", dto.MetricType_COUNTER, []string{"ip_family"}, nil},
+	{"kubeproxy_proxy_healthz_total", dto.MetricType_COUNTER, []string{"code"}, nil},
+	{"kubeproxy_proxy_livez_total", dto.MetricType_COUNTER, []string{"code"}, nil},
+	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", dto.MetricType_HISTOGRAM, []string{"ip_family"}, kubeProxySyncLe},
+	{"kubeproxy_conntrack_reconciler_deleted_entries_total", dto.MetricType_COUNTER, []string{"ip_family"}, nil},
+	{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", dto.MetricType_GAUGE, []string{"traffic_policy", "ip_family"}, nil},
+}
+
+// kubeProxyNotApplicable are the other metrics kube-proxy v1.37.2 declares, and why nftproxy has
+// none of them. With kubeProxyMetrics they are every metric of that file (TestKubeProxyParity
+// checks that no name is in both lists and that none of these is exposed).
+var kubeProxyNotApplicable = map[string]string{
+	"kubeproxy_iptables_ct_state_invalid_dropped_packets_total":              "iptables mode only (nfacct counter of its INVALID-drop rule); the nftables mode has no such rule",
+	"kubeproxy_iptables_localhost_nodeports_accepted_packets_total":          "iptables mode only; nftproxy never serves node ports on 127.0.0.1",
+	"kubeproxy_sync_proxy_rules_iptables_restore_failures_total":             "iptables and IPVS modes only (iptables-restore)",
+	"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total":     "iptables mode only",
+	"kubeproxy_sync_proxy_rules_iptables_total":                              "iptables mode only (rule counts per iptables table); nftproxy_nft_objects counts its objects",
+	"kubeproxy_sync_proxy_rules_iptables_last":                               "iptables mode only",
+	"kubeproxy_sync_proxy_rules_winkernel_lb_create_failures_total":          "Windows (kernelspace mode) only",
+	"kubeproxy_sync_proxy_rules_winkernel_lb_update_failures_total":          "Windows (kernelspace mode) only",
+	"kubeproxy_sync_proxy_rules_winkernel_lb_delete_failures_total":          "Windows (kernelspace mode) only",
+	"kubeproxy_nftables_localhost_nodeport_listeners":                        "alpha gate KubeProxyNFTablesLocalhostNodePorts (off by default); nftproxy has no localhost node-port proxy",
+	"kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total": "same gate; no localhost node-port proxy",
+	"kubeproxy_nftables_localhost_nodeport_rejected_packets_total":           "same gate; nftproxy adds no rule for localhost node ports (loopback traffic to a node port is not NAT'ed)",
 }
 
 // TestKubeProxyParity scrapes the daemon's registry and checks every kube-proxy metric nftproxy
-// claims against kube-proxy's own: present, same type, same label names, and ip_family values
-// kube-proxy's (IPv4, IPv6).
+// claims against kube-proxy's own: present, same type, same label names, same buckets, and
+// ip_family values kube-proxy's (IPv4, IPv6); and that no metric kube-proxy has only in its other
+// modes is exposed.
 func TestKubeProxyParity(t *testing.T) {
-	checkParity(t, daemonRegistry(t), kubeProxyMetrics)
+	reg := daemonRegistry(t)
+	checkParity(t, reg, kubeProxyMetrics)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if why, ok := kubeProxyNotApplicable[f.GetName()]; ok {
+			t.Errorf("%s is exposed, but it does not apply to nftproxy: %s", f.GetName(), why)
+		}
+	}
+	for _, w := range kubeProxyMetrics {
+		if _, ok := kubeProxyNotApplicable[w.name]; ok {
+			t.Errorf("%s is both claimed and listed as not applicable", w.name)
+		}
+	}
 }
 
 // checkParity compares the families gathered from g with want.
@@ -88,8 +134,31 @@ func checkParity(t *testing.T, g interface {
 			if !reflect.DeepEqual(names, wantLabels) {
 				t.Errorf("%s: labels %v, want %v (kube-proxy's)", w.name, names, wantLabels)
 			}
+			if w.buckets == nil {
+				continue
+			}
+			var le []float64
+			for _, b := range m.GetHistogram().GetBucket() {
+				le = append(le, b.GetUpperBound())
+			}
+			if !sameBounds(le, w.buckets) {
+				t.Errorf("%s: buckets %v, want %v (kube-proxy's)", w.name, le, w.buckets)
+			}
 		}
 	}
+}
+
+// sameBounds compares bucket bounds as the exposition prints them (to 1e-9 relative).
+func sameBounds(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-9*math.Abs(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // componentMetrics are what every Kubernetes component exposes through component-base, with
@@ -97,13 +166,13 @@ func checkParity(t *testing.T, g interface {
 // metrics/prometheus/restclient/metrics.go): the build information and client-go's request
 // metrics. Written out, as kubeProxyMetrics are.
 var componentMetrics = []kubeProxyFamily{
-	{"kubernetes_build_info", dto.MetricType_GAUGE, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"}},
-	{"rest_client_requests_total", dto.MetricType_COUNTER, []string{"code", "method", "host"}},
-	{"rest_client_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{"rest_client_request_size_bytes", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{"rest_client_response_size_bytes", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{"rest_client_rate_limiter_duration_seconds", dto.MetricType_HISTOGRAM, []string{"verb", "host"}},
-	{"rest_client_request_retries_total", dto.MetricType_COUNTER, []string{"code", "verb", "host"}},
+	{"kubernetes_build_info", dto.MetricType_GAUGE, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"}, nil},
+	{"rest_client_requests_total", dto.MetricType_COUNTER, []string{"code", "method", "host"}, nil},
+	{"rest_client_request_duration_seconds", dto.MetricType_HISTOGRAM, []string{"verb", "host"}, nil},
+	{"rest_client_request_size_bytes", dto.MetricType_HISTOGRAM, []string{"verb", "host"}, nil},
+	{"rest_client_response_size_bytes", dto.MetricType_HISTOGRAM, []string{"verb", "host"}, nil},
+	{"rest_client_rate_limiter_duration_seconds", dto.MetricType_HISTOGRAM, []string{"verb", "host"}, nil},
+	{"rest_client_request_retries_total", dto.MetricType_COUNTER, []string{"code", "verb", "host"}, nil},
 }
 
 // TestComponentParity drives client-go's metric hooks as a request does and checks the

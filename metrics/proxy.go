@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,8 +15,8 @@ import (
 	"github.com/nftproxy/nftproxy/proxy/reconciler"
 )
 
-// Proxy metric names: nftproxy's own, and kube-proxy's (same names, labels and types as its
-// v1.34 metrics, so dashboards built on kube-proxy work unchanged). A sync is one transaction
+// Proxy metric names: nftproxy's own, and kube-proxy's (same names, types, labels and buckets as
+// its v1.37 metrics, so dashboards built on kube-proxy work unchanged). A sync is one transaction
 // for both families, so nftproxy's sync metrics carry no family label; kube-proxy runs one
 // proxier per family and labels them ip_family, so the kube-proxy names observe the one sync
 // once for each family nftproxy programs (what a dual-stack kube-proxy reports for its two).
@@ -29,6 +30,7 @@ const (
 	NFTObjects             = "nftproxy_nft_objects"
 	InvalidServices        = "nftproxy_invalid_services_total"
 	LastSyncTimestamp      = "nftproxy_last_sync_timestamp_seconds"
+	CleanupFailures        = "nftproxy_sync_cleanup_failures_total"
 	KubeProxySync          = "kubeproxy_sync_proxy_rules_duration_seconds"
 	KubeProxyFullSync      = "kubeproxy_sync_full_proxy_rules_duration_seconds"
 	KubeProxyPartialSync   = "kubeproxy_sync_partial_proxy_rules_duration_seconds"
@@ -36,6 +38,7 @@ const (
 	KubeProxyLastTimestamp = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 	KubeProxyLastQueued    = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
 	KubeProxySyncFailures  = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total"
+	KubeProxyCleanupFail   = "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"
 	ServiceChanges         = "nftproxy_service_changes_total"
 	ServiceChangesPending  = "nftproxy_service_changes_pending"
 	KubeProxyHealthz       = "kubeproxy_proxy_healthz_total"
@@ -51,6 +54,15 @@ const ipFamily = "ip_family"
 
 // syncBuckets spans a 1 ms partial sync to a multi-minute cold start at 50k Services.
 var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 19)
+
+// kubeProxySyncBuckets are kube-proxy's buckets of its sync and conntrack reconciler durations
+// (1 ms to 16 s), kept on its names so that a query naming a bucket (le) reads alike.
+var kubeProxySyncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+
+// kubeProxyProgrammingBuckets are kube-proxy's network programming buckets: 0.25 s and 0.5 s,
+// every second to 59 s, every 5 s to 115 s, every 30 s to 5 minutes.
+var kubeProxyProgrammingBuckets = slices.Concat(prometheus.LinearBuckets(0.25, 0.25, 2), prometheus.LinearBuckets(1, 1, 59),
+	prometheus.LinearBuckets(60, 5, 12), prometheus.LinearBuckets(120, 30, 7))
 
 // programmingHelp says where the programming latency starts: as upstream kube-proxy, at the
 // trigger time the EndpointSlice controller writes on the slice; without one, at receipt.
@@ -73,7 +85,8 @@ type Proxy struct {
 
 	kpSync, kpFull, kpPartial, kpProgramming *prometheus.HistogramVec
 	kpLast, kpLastQueued                     *prometheus.GaugeVec
-	kpFailures                               *prometheus.CounterVec
+	kpFailures, kpCleanupFailures            *prometheus.CounterVec
+	cleanupFailures                          *prometheus.CounterVec
 	families                                 []string // ip_family values observed
 
 	changes        *prometheus.CounterVec
@@ -88,8 +101,8 @@ func histogram(name, help string) prometheus.Histogram {
 }
 
 // familyHistogram is a kube-proxy histogram: one series per ip_family.
-func familyHistogram(name, help string) *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: syncBuckets}, []string{ipFamily})
+func familyHistogram(name, help string, buckets []float64) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{ipFamily})
 }
 
 // NewProxy creates the proxy collectors and registers them on reg (the daemon's registry, or a
@@ -113,21 +126,28 @@ func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Famil
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{Name: InvalidServices,
 			Help: "Services rejected (not programmed; for NodePortNotAssigned, programmed without that node port), by reason; see proxy/model/REASONS.md."}, []string{"reason"}),
 		last:          prometheus.NewGauge(prometheus.GaugeOpts{Name: LastSyncTimestamp, Help: "Unix time of the last successful sync."}),
-		kpSync:        familyHistogram(KubeProxySync, "kube-proxy compatible: sync duration (any kind), by family."),
-		kpFull:        familyHistogram(KubeProxyFullSync, "kube-proxy compatible: full sync duration, by family."),
-		kpPartial:     familyHistogram(KubeProxyPartialSync, "kube-proxy compatible: partial sync duration, by family."),
-		kpProgramming: familyHistogram(KubeProxyProgramming, "kube-proxy compatible, by family: "+programmingHelp),
+		kpSync:        familyHistogram(KubeProxySync, "kube-proxy compatible: sync duration (any kind), by family.", kubeProxySyncBuckets),
+		kpFull:        familyHistogram(KubeProxyFullSync, "kube-proxy compatible: full sync duration, by family.", kubeProxySyncBuckets),
+		kpPartial:     familyHistogram(KubeProxyPartialSync, "kube-proxy compatible: partial sync duration, by family.", kubeProxySyncBuckets),
+		kpProgramming: familyHistogram(KubeProxyProgramming, "kube-proxy compatible, by family: "+programmingHelp, kubeProxyProgrammingBuckets),
 		kpLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastTimestamp,
 			Help: "kube-proxy compatible: last successful sync time, by family."}, []string{ipFamily}),
 		kpLastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: KubeProxyLastQueued,
 			Help: "kube-proxy compatible: last time a change queued a sync, by family."}, []string{ipFamily}),
 		kpFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxySyncFailures,
 			Help: "kube-proxy compatible: failed syncs, by family."}, []string{ipFamily}),
+		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: CleanupFailures,
+			Help: "Cleanups after a committed sync that failed, by family: the deletion of affinity entries of removed endpoints (a transaction of its own, tried again after the next sync). Stale chains go in the sync's own transaction."},
+			[]string{"family"}),
+		kpCleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyCleanupFail,
+			Help: "kube-proxy compatible: failed cleanup transactions after a sync, by family (see " + CleanupFailures + ")."}, []string{ipFamily}),
 	}
 	for _, f := range families {
 		l := familyLabel(f)
 		m.families = append(m.families, l)
 		m.kpFailures.WithLabelValues(l)
+		m.kpCleanupFailures.WithLabelValues(l)
+		m.cleanupFailures.WithLabelValues(l)
 	}
 	for _, r := range reasons {
 		m.invalid.WithLabelValues(r)
@@ -140,7 +160,8 @@ func NewProxy(reg prometheus.Registerer, reasons []string, families ...nft.Famil
 	m.healthz = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyHealthz, Help: "kube-proxy compatible: /healthz answers by HTTP code."}, []string{"code"})
 	m.livez = prometheus.NewCounterVec(prometheus.CounterOpts{Name: KubeProxyLivez, Help: "kube-proxy compatible: /livez answers by HTTP code."}, []string{"code"})
 	cs := []prometheus.Collector{m.duration, m.failures, m.ops, m.bytes, m.programming, m.repairs, m.objects, m.invalid, m.last,
-		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpLastQueued, m.kpFailures, m.changes, m.healthz, m.livez}
+		m.kpSync, m.kpFull, m.kpPartial, m.kpProgramming, m.kpLast, m.kpLastQueued, m.kpFailures, m.changes, m.healthz, m.livez,
+		m.cleanupFailures, m.kpCleanupFailures}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -196,6 +217,10 @@ func (m *Proxy) Synced(full bool, d time.Duration, res reconciler.Result, err er
 	m.ops.Add(float64(res.Ops))
 	m.bytes.Add(float64(res.Stats.Bytes))
 	m.repairs.Add(float64(res.Repairs))
+	for _, fam := range res.CleanupFailed {
+		m.cleanupFailures.WithLabelValues(familyLabel(fam)).Inc()
+		m.kpCleanupFailures.WithLabelValues(familyLabel(fam)).Inc()
+	}
 	for fam, c := range res.Objects {
 		f := familyLabel(fam)
 		m.objects.WithLabelValues(f, "chains").Set(float64(c.Chains))

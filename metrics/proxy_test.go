@@ -54,6 +54,20 @@ func TestProxyMetrics(t *testing.T) {
 	if err != nil || n != 7 {
 		t.Errorf("gathered %d series (err %v), want 7 (2 kinds, 2 families of each kube-proxy histogram, 1 plain)", n, err)
 	}
+	m.Synced(false, time.Millisecond, reconciler.Result{CleanupFailed: []nft.Family{nft.IPv6}}, nil)
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{CleanupFailures + " IPv6", m.cleanupFailures.WithLabelValues("IPv6"), 1},
+		{KubeProxyCleanupFail + " IPv6", m.kpCleanupFailures.WithLabelValues("IPv6"), 1},
+		{KubeProxyCleanupFail + " IPv4", m.kpCleanupFailures.WithLabelValues("IPv4"), 0},
+	} {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("after a sync whose IPv6 cleanup failed: %s = %v, want %v", c.name, got, c.want)
+		}
+	}
 	if lint, err := testutil.GatherAndLint(reg); err != nil || len(lint) > 0 {
 		t.Errorf("metric lint problems: %v %v", lint, err)
 	}

@@ -106,16 +106,19 @@ func recordedKeys(rs []fragment.Recorded) []recordedKey {
 // pruneAffinity deletes, in each table, the dynamic map entries whose data is stale: lost since
 // the last prune, or with full, recorded by no desired rule. It costs a read-back of those maps
 // only, and only when something was lost (or on a full Commit with recording rules). It returns
-// how many entries it deleted. Entries that expire between the read and the delete make the
-// kernel refuse their delete; they are left out and the rest sent again (bounded).
-func (r *Reconciler) pruneAffinity(ctx context.Context, full bool) (int, error) {
+// how many entries it deleted and the families of the tables where it failed. Entries that
+// expire between the read and the delete make the kernel refuse their delete; they are left out
+// and the rest sent again (bounded).
+func (r *Reconciler) pruneAffinity(ctx context.Context, full bool) (int, []nft.Family, error) {
 	d, ok := r.kernel.(nft.SetElementsDumper)
 	if !ok {
-		return 0, nil
+		return 0, nil, nil
 	}
 	pruned := 0
 	var errs []error
+	var failed []nft.Family
 	for _, tb := range r.tables {
+		tableErrs := len(errs)
 		sets := map[string]bool{}
 		for k := range tb.rec.lost {
 			sets[k.set] = true
@@ -134,11 +137,13 @@ func (r *Reconciler) pruneAffinity(ctx context.Context, full bool) (int, error) 
 				errs = append(errs, err)
 			}
 		}
-		if len(errs) == 0 {
+		if len(errs) == tableErrs {
 			tb.rec.lost = map[recordedKey]bool{}
+		} else {
+			failed = append(failed, tb.t.Family)
 		}
 	}
-	return pruned, errors.Join(errs...)
+	return pruned, failed, errors.Join(errs...)
 }
 
 // pruneAttempts bounds the retries of a prune whose deletes the kernel refused.

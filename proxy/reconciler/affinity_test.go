@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -209,5 +210,52 @@ func TestAffinityPruneDumpListsTwice(t *testing.T) {
 	res, err := r.Commit(ctx, false)
 	if err != nil || res.AffinityPruned != 1 || applies != 2 {
 		t.Fatalf("after removing 198.18.128.2: pruned %d (%v) in %d transactions, want 1 in 2 (the sync's, the prune's)", res.AffinityPruned, err, applies)
+	}
+}
+
+// failingPrune fails the prune's transactions (every Apply after the first of a Commit) while
+// fail is set.
+type failingPrune struct {
+	*nft.Fake
+	fail    bool
+	applies int
+}
+
+func (f *failingPrune) Apply(ctx context.Context, tx *nft.Transaction) (nft.Stats, error) {
+	f.applies++
+	if f.fail && f.applies > 1 {
+		return nft.Stats{}, errors.New("netlink: no buffer space available")
+	}
+	return f.Fake.Apply(ctx, tx)
+}
+
+// TestAffinityPruneFailureReported: a prune that fails is reported in the Result by family (the
+// sync itself committed) and done after the next Commit, which reports no failure.
+func TestAffinityPruneFailureReported(t *testing.T) {
+	ctx := context.Background()
+	k := &failingPrune{Fake: nft.NewFake()}
+	tb := nft.Table{Family: nft.IPv4, Name: "nftproxy"}
+	web := reconciler.Owner{Namespace: "default", Name: "web"}
+	r := reconciler.New(k, logr.Discard(), time.Now, tb)
+	r.Set(tb, reconciler.Owner{}, affinityBase())
+	r.Set(tb, web, affinityService("198.18.128.1", "198.18.128.2"))
+	if _, err := r.Commit(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	seed := nft.NewTransaction(tb)
+	seed.Add(entry("198.18.1.2", "198.18.128.2"))
+	if _, err := k.Fake.Apply(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	r.Set(tb, web, affinityService("198.18.128.1"))
+	k.fail, k.applies = true, 0
+	res, err := r.Commit(ctx, false)
+	if err != nil || !slices.Equal(res.CleanupFailed, []nft.Family{nft.IPv4}) || res.AffinityPruned != 0 {
+		t.Fatalf("commit with a failing prune: err %v, cleanup failed %v, pruned %d; want no error, [IPv4], 0", err, res.CleanupFailed, res.AffinityPruned)
+	}
+	k.fail = false
+	res, err = r.Commit(ctx, false)
+	if err != nil || len(res.CleanupFailed) != 0 || res.AffinityPruned != 1 {
+		t.Fatalf("next commit: err %v, cleanup failed %v, pruned %d; want no error, none, 1", err, res.CleanupFailed, res.AffinityPruned)
 	}
 }

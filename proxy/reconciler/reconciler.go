@@ -35,6 +35,9 @@ type Result struct {
 	// AffinityPruned counts the entries of dynamic maps deleted after the Commit because they
 	// pointed at endpoints no rule records any more (affinity.go).
 	AffinityPruned int
+	// CleanupFailed lists the families whose after-commit cleanup (that pruning: a transaction of
+	// its own after the sync's) failed; it is tried again after the next Commit.
+	CleanupFailed []nft.Family
 	// Objects gives the desired object counts per family after the Commit.
 	Objects map[nft.Family]Counts
 }
@@ -326,8 +329,8 @@ func (r *Reconciler) Commit(ctx context.Context, full bool) (Result, error) {
 	}
 	// After the commit, so no rule records a lost endpoint any more while its entries go.
 	// A failure here costs stickiness only: it is logged and tried again after the next Commit.
-	n, err := r.pruneAffinity(ctx, res.Full)
-	res.AffinityPruned = n
+	n, failed, err := r.pruneAffinity(ctx, res.Full)
+	res.AffinityPruned, res.CleanupFailed = n, failed
 	if err != nil {
 		r.log.Error(err, "delete affinity entries of removed endpoints (retried after the next sync)")
 	} else if n > 0 {
