@@ -13,8 +13,9 @@ import (
 	"github.com/nftproxy/nftproxy/test/tier"
 )
 
-// statsPort is the UDP port of the streaming scenarios (statsd's), on the Service and the pods.
-const statsPort = 8125
+// statsPort is the UDP port of the streaming scenarios (statsd's), on the Service and the pods;
+// statsNodePort a node port of it.
+const statsPort, statsNodePort = 8125, 30125
 
 // statsService is a dual-stack UDP Service on statsPort at ClusterIPv4(n) and ClusterIPv6(n).
 func statsService(name string, n int, eps []fixture.Endpoint) fixture.Service {
@@ -34,14 +35,21 @@ func statsDsts(n int) []netip.AddrPort {
 // reaches it. Upstream kube-proxy (1.32 until its 2026 fix) black-holed such a stream for as long
 // as it kept sending: its cleanup skipped Services without endpoints, so the entries DNAT'ed to
 // the old endpoint stayed.
+//
+// Streams to the Service's node port on the node's IPv4 and IPv6 addresses do the same: kube-proxy
+// v1.37 still leaves those entries (it matches node ports on the port alone, so it skips them
+// while a Service has no endpoints); nftproxy matches them on the node's addresses.
 func TestUDPStreamSurvivesScaleToZero(t *testing.T) {
 	t.Parallel()
 	svc := statsService("stats", 60, fixture.Pods(1))
+	svc.Type, svc.Ports[0].NodePort = "NodePort", statsNodePort
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(statsPort)}}, svc)
 	e.start(svc)
 
+	dsts := append(statsDsts(60), netip.AddrPortFrom(netip.MustParseAddr(lab.NodeIPv4), statsNodePort),
+		netip.AddrPortFrom(netip.MustParseAddr(lab.NodeIPv6), statsNodePort))
 	var streams []*udpStream
-	for _, dst := range statsDsts(60) {
+	for _, dst := range dsts {
 		s := startStream(t, e.lab.Client(1).NS, dst)
 		awaitReplies(t, e, s, "before: "+dst.String()+" answered by pod-1", "pod-1", nil, 20)
 		streams = append(streams, s)
