@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/proxy/proxier"
@@ -24,6 +25,8 @@ type Hook struct {
 	// retry holds the frontends of failed cleanups; a flow to one of them is cleaned again,
 	// against the serving endpoints of whoever owns that frontend by then.
 	retry map[Frontend]struct{}
+	// nodeAddrs are the node-port addresses of the last call.
+	nodeAddrs []netip.Addr
 	// skip is how many calls to let pass before the next retry, and backoff the current skip
 	// after a failure (doubling to maxRetrySkip), so a conntrack socket that keeps failing is
 	// not dumped again on every sync.
@@ -53,7 +56,8 @@ func newHook(c cleaner) *Hook {
 }
 
 // AfterCommit cleans the flows of c.Changed that may be stale, and retries failed cleanups.
-// After a full sync (the first, the periodic resync, a repair) it sweeps every UDP Service: an
+// After a full sync (the first, the periodic resync, a repair), and when the addresses node
+// ports are served on changed, it sweeps every UDP Service: an
 // entry that escaped the cleanup of its change (a datagram still passing the old rules while
 // the new ones were committed and the table was read) goes then, as upstream kube-proxy's
 // reconciler, which checks every Service after every sync, would delete it.
@@ -66,6 +70,12 @@ func (h *Hook) RetryPending() bool { return len(h.retry) > 0 }
 
 func (h *Hook) afterChanges(ctx context.Context, changed map[model.ServiceKey]*model.Service, full bool, nodePortAddrs func() []netip.Addr) error {
 	changes := h.memory.changes(changed)
+	// A node-port address the node did not serve before may carry flows that reached the node
+	// untranslated (a VIP moving to this node): sweep, as after a full sync.
+	nodeAddrs := nodePortAddrs()
+	if !slices.Equal(nodeAddrs, h.nodeAddrs) {
+		full, h.nodeAddrs = true, slices.Clone(nodeAddrs)
+	}
 	if full {
 		changes = h.memory.sweep(changes)
 	}
@@ -76,7 +86,6 @@ func (h *Hook) afterChanges(ctx context.Context, changed map[model.ServiceKey]*m
 	if len(changes) == 0 && !retrying {
 		return nil
 	}
-	nodeAddrs := nodePortAddrs()
 	targets := Targets(nodeAddrs, changes)
 	if retrying {
 		targets = append(targets, h.retryTargets(nodeAddrs)...)

@@ -144,3 +144,63 @@ func TestHookFullSyncSweepsKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestHookSweepsWhenNodePortAddressesChange: the node serves node ports on its uplink addresses
+// only; a client sends to the dns node port on the node's own address on its link (IPv4 and
+// IPv6), which nothing translates: the node refuses it, and the flow's entry records it
+// untranslated. Once that address serves node ports too (the rules DNAT it to pod-1), the same
+// 5-tuple is still refused until the hook is told the new addresses: with no Service changed, it
+// deletes those entries, and the flows reach pod-1.
+func TestHookSweepsWhenNodePortAddressesChange(t *testing.T) {
+	l := lab.New(t, lab.Options{Prefix: "nftp-cta", Pods: 2, Ports: []lab.PortSpec{lab.Port(5353)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	point(t, l, 1)
+	c, err := conntrack.New(logr.Discard(), conntrack.WithNetNSFd(l.Node.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	counter := &counting{c: c}
+	h := conntrack.NewHookOver(counter)
+	uplink := []netip.Addr{netip.MustParseAddr(lab.NodeIPv4), netip.MustParseAddr(lab.NodeIPv6)}
+	gained := []netip.Addr{lab.ClientGatewayV4(1), lab.ClientGatewayV6(1)}
+	all := models(1)
+	s := all[0] // dns, node port 30053
+	if err := h.AfterChanges(ctx, map[model.ServiceKey]*model.Service{s.Key: s}, true, uplink); err != nil {
+		t.Fatal(err)
+	}
+
+	var flows []*lab.Flow
+	for _, a := range gained {
+		f := lab.NewFlow(l.Client(1).NS, "udp", netip.AddrPortFrom(a, 30053).String())
+		t.Cleanup(f.Close)
+		if r := f.Probe(ctx); r.Outcome != lab.Refused {
+			t.Fatalf("%s before the address serves node ports: got %v, want refused by the node", f, r)
+		}
+		flows = append(flows, f)
+	}
+	if err := l.NftApply("add rule ip cttest services ip daddr " + gained[0].String() + " udp dport 30053 dnat to " + lab.PodIPv4(1).String() + ":5353\n" +
+		"add rule ip6 cttest services ip6 daddr " + gained[1].String() + " udp dport 30053 dnat to [" + lab.PodIPv6(1).String() + "]:5353\n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range flows {
+		if r := f.Probe(ctx); r.Outcome != lab.Refused {
+			t.Fatalf("%s once translated, before the cleanup: got %v, want still refused (its entry is untranslated)", f, r)
+		}
+	}
+	if err := h.AfterChanges(ctx, nil, false, uplink); err != nil || counter.deleted != 0 {
+		t.Fatalf("a sync with nothing changed: deleted %d (error %v), want nothing", counter.deleted, err)
+	}
+	if err := h.AfterChanges(ctx, nil, false, append(uplink, gained...)); err != nil {
+		t.Fatal(err)
+	}
+	if counter.deleted != 2 {
+		t.Errorf("after the node-port addresses grew, deleted %d entries, want 2 (IPv4 and IPv6)", counter.deleted)
+	}
+	for _, f := range flows {
+		if r := f.Probe(ctx); r.Outcome != lab.Replied || r.Reply.Pod != "pod-1" {
+			t.Errorf("%s after the cleanup: same 5-tuple got %v, want a reply from pod-1", f, r)
+		}
+	}
+}

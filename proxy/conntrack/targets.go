@@ -10,8 +10,8 @@
 // flows must stay. Cleaner.Cleanup dumps the kernel's table once per family and deletes every
 // UDP entry whose original destination is one of those frontends and whose reply source is not
 // a serving endpoint. The Hook runs both after each sync, retries a cleanup that failed (a stale
-// entry that a client keeps alive never times out) and, after a full sync, sweeps every UDP
-// Service.
+// entry that a client keeps alive never times out) and, after a full sync or when the node-port
+// addresses change, sweeps every UDP Service.
 package conntrack
 
 import (
