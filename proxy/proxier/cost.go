@@ -178,6 +178,8 @@ func addResult(a, b reconciler.Result) reconciler.Result {
 	a.Full = a.Full || b.Full
 	a.Ops += b.Ops
 	a.Repairs += b.Repairs
+	a.AffinityPruned += b.AffinityPruned
+	a.CleanupFailed = append(a.CleanupFailed, b.CleanupFailed...)
 	a.Stats.Ops += b.Stats.Ops
 	a.Stats.Messages += b.Stats.Messages
 	a.Stats.Bytes += b.Stats.Bytes

@@ -3,6 +3,7 @@ package proxier
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/proxy/model"
+	"github.com/nftproxy/nftproxy/proxy/reconciler"
 	"github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
@@ -388,5 +390,17 @@ func TestKernelCheapChangeCommittedWhileExpensivePending(t *testing.T) {
 	}
 	if after := list(); !strings.Contains(after, dPort) || !strings.Contains(after, bigPort) {
 		t.Fatalf("after the sync the listing names d: %v, big: %v; want both", strings.Contains(after, dPort), strings.Contains(after, bigPort))
+	}
+}
+
+// TestAddResultKeepsCleanupOutcome: a sync that commits a heavy Service in a transaction of its
+// own reports the cleanups of both commits (pruned entries, failed families), which the metrics
+// count.
+func TestAddResultKeepsCleanupOutcome(t *testing.T) {
+	a := reconciler.Result{Ops: 3, AffinityPruned: 1, CleanupFailed: []nft.Family{nft.IPv4}}
+	b := reconciler.Result{Ops: 2, AffinityPruned: 2, CleanupFailed: []nft.Family{nft.IPv6}}
+	got := addResult(a, b)
+	if got.Ops != 5 || got.AffinityPruned != 3 || !slices.Equal(got.CleanupFailed, []nft.Family{nft.IPv4, nft.IPv6}) {
+		t.Errorf("addResult: ops %d, pruned %d, cleanup failed %v; want 5, 3, [IPv4 IPv6]", got.Ops, got.AffinityPruned, got.CleanupFailed)
 	}
 }
