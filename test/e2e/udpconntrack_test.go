@@ -141,6 +141,37 @@ func TestUDPStreamsSurviveRestart(t *testing.T) {
 	}
 }
 
+// TestUDPStreamStartedBeforeTheDaemon: clients already send to a UDP Service when the daemon
+// starts (a node booting, a daemon replaced), IPv4 and IPv6, through a node whose firewall
+// tracks connections. With no Service rules yet their datagrams
+// leave untranslated towards the gateway, which drops them, and each stream's conntrack entry
+// records no translation; once the daemon has programmed the Service, its first cleanup deletes
+// those entries and the same 5-tuples reach pod-1.
+func TestUDPStreamStartedBeforeTheDaemon(t *testing.T) {
+	t.Parallel()
+	svc := statsService("early", 63, fixture.Pods(1))
+	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(statsPort)}}, svc)
+	// A node's own firewall (or its CNI) uses conntrack before any service proxy runs; a fresh
+	// namespace tracks nothing until some rule needs it.
+	if err := e.lab.NftApply("table inet host-firewall {\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n\t\tct state invalid drop\n\t}\n}\n"); err != nil {
+		t.Fatal(err)
+	}
+	var streams []*udpStream
+	for _, dst := range statsDsts(63) {
+		s := startStream(t, e.lab.Client(1).NS, dst)
+		untranslated := "src=" + dst.Addr().String() + " "
+		tier.Until(t, e.ctx, streamWait, pollInterval, "an untranslated conntrack entry of "+dst.String(), func() (bool, string) {
+			ct := conntrackEntries(t, e, s.local(), dst)
+			return len(ct) == 1 && strings.Contains(ct[0], untranslated), strings.Join(ct, "; ") + " / " + s.String()
+		})
+		streams = append(streams, s)
+	}
+	e.start(svc)
+	for _, s := range streams {
+		awaitReplies(t, e, s, "once programmed: the same 5-tuple to "+s.dst.String()+" answered by pod-1", "pod-1", nil, 20)
+	}
+}
+
 // scrapeNode reads the daemon's /metrics on the node's loopback.
 func scrapeNode(e *env) (tier.Sample, error) {
 	resp, err := e.lab.Node.HTTPClient(5 * time.Second).Get("http://127.0.0.1:10249/metrics")
