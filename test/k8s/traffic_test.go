@@ -98,7 +98,6 @@ type longLived struct {
 type traffic struct {
 	t       *testing.T
 	e       *env
-	svc     fixture.Service
 	hcPort  int
 	streams []stream
 
@@ -117,7 +116,7 @@ const longPerStream = 3
 
 func startTraffic(t *testing.T, e *env, svc fixture.Service, hcPort int, phase string) *traffic {
 	t.Helper()
-	tr := &traffic{t: t, e: e, svc: svc, hcPort: hcPort, phase: -1}
+	tr := &traffic{t: t, e: e, hcPort: hcPort, phase: -1}
 	for _, ip := range svc.ClusterIPs {
 		fam, want := "IPv4", map[string]bool{}
 		if ip.Is6() {
