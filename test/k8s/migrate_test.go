@@ -83,6 +83,37 @@ func hasIPTables() bool {
 	return err == nil && strings.Contains(string(out), "nf_tables")
 }
 
+// waitKubeProxySynced waits until the kube-proxy running in the node (its metrics on
+// 127.0.0.1:10249) has synced its rules once in each family of svc's ClusterIPs, as its
+// per-family kubeproxy_sync_proxy_rules_last_timestamp_seconds says. Nothing else tells: it
+// opens health-check node ports during its first family's sync, and its /healthz answers 200
+// from its start. Until a family is synced, removing nftproxy's tables leaves that family's
+// Services untranslated, and the kernel stops translating even the connections nftproxy's
+// rules translated while no table of the family holds a NAT chain.
+func (e *env) waitKubeProxySynced(svc fixture.Service) {
+	e.t.Helper()
+	var want []string
+	for _, ip := range svc.ClusterIPs {
+		fam := "IPv4"
+		if ip.Is6() {
+			fam = "IPv6"
+		}
+		want = append(want, fmt.Sprintf("kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=%q} ", fam))
+	}
+	e.waitUntil("kube-proxy synced in every family of "+svc.Name, func() (bool, string) {
+		r, err := tier.Get(e.ctx, e.lab.Node, "http://127.0.0.1:10249/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, series := range want {
+			if !strings.Contains(r.Body, "\n"+series) {
+				return false, "no " + series
+			}
+		}
+		return true, ""
+	})
+}
+
 func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string) {
 	l := lab.New(t, lab.Options{Pods: 2})
 	if err := l.NftApply(foreignTable); err != nil {

@@ -208,6 +208,7 @@ func rollback(t *testing.T, mode string) {
 	})
 	t.Logf("%s mode: health-check probes (every 20ms) not answered 200 from kube-proxy's start to its first answer: %d", mode, refused)
 	served("kube-proxy back")
+	e.waitKubeProxySynced(steady)
 
 	// 3. nftproxy's tables removed as deploy/migrate's DaemonSet does.
 	tr.setPhase("3. nftproxy's tables removed")

@@ -69,6 +69,11 @@ func (f *Flow) Probe(ctx context.Context) Result {
 		}
 	}
 	if f.network == "tcp" {
+		// The connection still holds the previous probe's deadline, long past after an idle
+		// spell: this probe gets its own before it sends.
+		if dl, ok := ctx.Deadline(); ok {
+			_ = f.c.SetDeadline(dl)
+		}
 		if _, err := f.c.Write([]byte("probe\n")); err != nil {
 			f.broken = err
 			return classify(ctx, fmt.Errorf("%s: send: %w", f, err))

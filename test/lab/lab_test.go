@@ -101,6 +101,24 @@ func TestSourcePort(t *testing.T) {
 	}
 }
 
+// TestFlowProbedAfterIdle proves a flow answers a probe sent after it sat idle for longer than
+// the Dialer's Timeout: each probe is bounded by its own deadline, not by the last one's.
+func TestFlowProbedAfterIdle(t *testing.T) {
+	l := New(t, Options{Pods: 1})
+	ctx := testContext(t)
+	const timeout = 500 * time.Millisecond
+	for _, network := range []string{"tcp", "udp"} {
+		f := Dialer{Timeout: timeout}.Flow(l.Client(1).NS, network, hostPort(l.Pod(1).IPv4, 80))
+		defer f.Close()
+		for i := range 2 {
+			if r := f.Probe(ctx); r.Outcome != Replied || r.Reply.Pod != "pod-1" {
+				t.Errorf("%s, probe %d (the second after %s idle): got %v, want pod-1", network, i+1, 2*timeout, r)
+			}
+			time.Sleep(2 * timeout)
+		}
+	}
+}
+
 // TestNodeIPsReachable proves every node address answers a client: each is local to the node, a
 // NodePort candidate. A node-local backend started with Serve stands in for a host-network pod.
 func TestNodeIPsReachable(t *testing.T) {
