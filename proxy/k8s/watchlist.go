@@ -27,7 +27,7 @@ const WatchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 // binary calls it once at start-up, before any informer exists. A client that cannot stream
 // (client-go's fake clientset never sends the closing bookmark) says so, and the informers
 // (newInformer) then list.
-// Setting WatchListEnv (to false) in the environment keeps client-go's default.
+// Setting WatchListEnv in the environment decides instead (false: lists).
 func StreamInitialLists() {
 	if _, set := os.LookupEnv(WatchListEnv); set {
 		return
