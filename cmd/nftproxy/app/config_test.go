@@ -92,6 +92,14 @@ func TestConfigFile137(t *testing.T) {
 	if got := (nodePortAddresses{o}).String(); got != "primary,198.18.0.0/15" || !o.NodePortPrimary {
 		t.Errorf("--nodeport-addresses %q (primary %v), want primary,198.18.0.0/15", got, o.NodePortPrimary)
 	}
+	// all outweighs the rest of the list: every node address, the flag's empty value.
+	o, err = parseRun(t, runFlags, "--config", kubeadmConfig(t, "nodePortAddresses: null", "nodePortAddresses: [10.0.0.0/8, all]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (nodePortAddresses{o}).String(); got != "" || o.NodePortPrimary {
+		t.Errorf("all: --nodeport-addresses %q (primary %v), want empty", got, o.NodePortPrimary)
+	}
 }
 
 // TestFlagsOverrideConfigFile: a flag given on the command line wins over the file, whatever the
