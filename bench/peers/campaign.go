@@ -52,13 +52,16 @@ type Config struct {
 	Deadline time.Time
 	Seed     int64
 	// LogDir, when set, receives each peer process's whole output, one file per peer, size and
-	// process (e.g. "kube-proxy-iptables-10000.log", "...-10000-restart.log").
+	// process (e.g. "kube-proxy-iptables-v1.37.2-10000.log", "...-10000-restart.log").
 	LogDir string
 }
 
 // Result is one peer at one size.
 type Result struct {
-	Peer     Kind
+	Peer Kind
+	// Version is the kube-proxy peer's release (Peer.Version); empty for nftproxy and in
+	// campaigns before two releases were compared.
+	Version  string `json:",omitempty"`
 	Services int
 	Err      string // why the cell is missing, if it is
 	// FullSync is the peer's first sync by its own metric; StartupToServing is from the
@@ -83,6 +86,9 @@ type Result struct {
 	PeakRSS     int64
 }
 
+// Name is the peer's name (Peer.Name): its kind and release.
+func (r Result) Name() string { return peerName(r.Peer, r.Version) }
+
 func (e Env) logf(format string, a ...any) {
 	if e.Log != nil {
 		fmt.Fprintf(e.Log, format+"\n", a...)
@@ -104,13 +110,13 @@ func Run(ctx context.Context, env Env, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	var out []Result
-	failedAt := map[Kind]int{} // a peer that failed at a size is not tried at larger ones
+	failedAt := map[string]int{} // a peer (by name) that failed at a size is not tried at larger ones
 	have := 0
 	late := func() bool { return !cfg.Deadline.IsZero() && time.Until(cfg.Deadline) < minPeerTime }
 	for _, size := range cfg.Sizes {
 		if late() {
 			for _, p := range cfg.Peers {
-				out = append(out, Result{Peer: p.Kind, Services: size, Err: "not run: the campaign's deadline came first"})
+				out = append(out, Result{Peer: p.Kind, Version: p.Version, Services: size, Err: "not run: the campaign's deadline came first"})
 			}
 			continue
 		}
@@ -122,8 +128,8 @@ func Run(ctx context.Context, env Env, cfg Config) ([]Result, error) {
 		have = size
 		targets := firstPacketTargets(w.Services[:size], 1000)
 		for _, p := range cfg.Peers {
-			r := Result{Peer: p.Kind, Services: size}
-			if n, ok := failedAt[p.Kind]; ok {
+			r := Result{Peer: p.Kind, Version: p.Version, Services: size}
+			if n, ok := failedAt[p.Name()]; ok {
 				r.Err = fmt.Sprintf("not run: failed at %d Services", n)
 				out = append(out, r)
 				continue
@@ -134,12 +140,12 @@ func Run(ctx context.Context, env Env, cfg Config) ([]Result, error) {
 				continue
 			}
 			if err := runPeer(ctx, env, cfg, p, targets, &r); err != nil {
-				failedAt[p.Kind] = size
+				failedAt[p.Name()] = size
 				r.Err = err.Error()
-				env.logf("peers: %s at %d: %v", p.Kind, size, err)
+				env.logf("peers: %s at %d: %v", p.Name(), size, err)
 			}
 			env.logf("peers: %s at %d: full %v, restart %v, endpoint e2e %v, new service e2e %v, first packet %v",
-				p.Kind, size, r.FullSync, r.RestartSync, r.EndpointE2E, r.NewServiceE2E, r.FirstPacket)
+				p.Name(), size, r.FullSync, r.RestartSync, r.EndpointE2E, r.NewServiceE2E, r.FirstPacket)
 			out = append(out, r)
 		}
 	}
@@ -214,7 +220,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 		return err
 	}
 	vip := netip.AddrPortFrom(probeVIP, 80)
-	log, closeLog := cfg.logFile(p.Kind, r.Services, "")
+	log, closeLog := cfg.logFile(p.Name(), r.Services, "")
 	defer closeLog()
 	proc, err := Start(topo.Node, p, kc, log)
 	if err != nil {
@@ -222,7 +228,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 	}
 	defer func() {
 		if err != nil {
-			env.logf("peers: %s output:\n%s", p.Kind, tail(proc.Output(), 3000))
+			env.logf("peers: %s output:\n%s", p.Name(), tail(proc.Output(), 3000))
 		}
 		proc.Stop()
 	}()
@@ -258,7 +264,7 @@ func runPeer(ctx context.Context, env Env, cfg Config, p Peer, targets []netip.A
 	r.PeakRSS = proc.PeakRSS()
 	// Restart against the programmed kernel; the trials run on the second process.
 	proc.Stop()
-	log, closeLog2 := cfg.logFile(p.Kind, r.Services, "-restart")
+	log, closeLog2 := cfg.logFile(p.Name(), r.Services, "-restart")
 	defer closeLog2()
 	if proc, err = Start(topo.Node, p, kc, log); err != nil {
 		return err
@@ -393,7 +399,7 @@ func waitQuiet(topo *probe.Topology, proc *Proc, quiet, limit time.Duration) (Me
 	stable := time.Now()
 	for time.Now().Before(deadline) {
 		if ok, err := proc.Exited(); ok {
-			return nil, fmt.Errorf("%s exited: %v", proc.Peer.Kind, err)
+			return nil, fmt.Errorf("%s exited: %v", proc.Peer.Name(), err)
 		}
 		m, err := Scrape(topo.Node)
 		if err == nil {
@@ -407,16 +413,16 @@ func waitQuiet(topo *probe.Topology, proc *Proc, quiet, limit time.Duration) (Me
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("%s: no quiet sync state within %s", proc.Peer.Kind, limit)
+	return nil, fmt.Errorf("%s: no quiet sync state within %s", proc.Peer.Name(), limit)
 }
 
 // logFile opens the file for one peer process's whole output under LogDir; nil (and a no-op
 // close) without LogDir or when the file cannot be created.
-func (cfg Config) logFile(k Kind, size int, suffix string) (io.Writer, func()) {
+func (cfg Config) logFile(peer string, size int, suffix string) (io.Writer, func()) {
 	if cfg.LogDir == "" {
 		return nil, func() {}
 	}
-	name := strings.ReplaceAll(string(k), " ", "-") + "-" + strconv.Itoa(size) + suffix + ".log"
+	name := strings.ReplaceAll(peer, " ", "-") + "-" + strconv.Itoa(size) + suffix + ".log"
 	f, err := os.Create(filepath.Join(cfg.LogDir, name))
 	if err != nil {
 		return nil, func() {}

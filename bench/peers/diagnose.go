@@ -113,9 +113,9 @@ func uptime() time.Duration {
 func (pr *Proc) Diagnose(lines int) string {
 	var b strings.Builder
 	if ok, err := pr.Exited(); ok {
-		fmt.Fprintf(&b, "%s exited (%v)", pr.Peer.Kind, err)
+		fmt.Fprintf(&b, "%s exited (%v)", pr.Peer.Name(), err)
 	} else {
-		fmt.Fprintf(&b, "%s running for %s", pr.Peer.Kind, time.Since(pr.Started).Round(time.Second))
+		fmt.Fprintf(&b, "%s running for %s", pr.Peer.Name(), time.Since(pr.Started).Round(time.Second))
 	}
 	if cs := pr.Children(); len(cs) > 0 {
 		b.WriteString("; waiting for: ")

@@ -40,14 +40,28 @@ const (
 type Peer struct {
 	Kind   Kind
 	Binary string
+	// Version is the release of a kube-proxy peer ("v1.37.2"), so that two releases of one
+	// kind are two peers side by side; empty for nftproxy (the build under test).
+	Version string
 	// Args are appended to the peer's flags (a later flag wins), e.g. "--v=4" to see each
 	// kube-proxy sync's phases in its log, or nftproxy's "--min-sync-period 1s" to compare
 	// kube-proxy's fixed period with the default pacing.
 	Args []string
 }
 
+// Name tells the peer from every other of a campaign: its kind and, for a kube-proxy, its
+// release ("kube-proxy nftables v1.37.2").
+func (p Peer) Name() string { return peerName(p.Kind, p.Version) }
+
+func peerName(k Kind, version string) string {
+	if version == "" {
+		return string(k)
+	}
+	return string(k) + " " + version
+}
+
 // args are the peer's flags: same node name and metrics address for all, each peer's default
-// sync pacing: kube-proxy 1.34's minimum sync period is 1 s in both modes (its flag only exists
+// sync pacing: kube-proxy's (1.34 and 1.37) minimum sync period is 1 s in both modes (its flag only exists
 // for iptables and ipvs), nftproxy's default adapts to what its syncs cost, at most 1 s.
 func (p Peer) args(kubeconfig string) []string {
 	// kube-proxy logs at -v=2, as it is usually deployed: one line per sync with its size
@@ -144,7 +158,7 @@ func Start(ns *netns.NS, p Peer, kubeconfig string, log io.Writer) (*Proc, error
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr.Started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", p.Kind, err)
+		return nil, fmt.Errorf("start %s: %w", p.Name(), err)
 	}
 	go func() { pr.done <- cmd.Wait() }()
 	return pr, nil

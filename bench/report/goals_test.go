@@ -97,3 +97,28 @@ func TestAPIShare(t *testing.T) {
 		t.Errorf("want row %q in:\n%s", row, b.String())
 	}
 }
+
+// TestPeersTwoReleases: two releases of a kube-proxy mode are two peers side by side, in the
+// tables (each row and ratio names its release) and as two lines of the plots.
+func TestPeersTwoReleases(t *testing.T) {
+	s := time.Second
+	r := &Results{Peers: []peers.Result{
+		{Peer: peers.NFTProxy, Services: 100, FullSync: s / 100},
+		{Peer: peers.KubeProxyNFTables, Version: "v1.37.2", Services: 100, FullSync: s / 10},
+		{Peer: peers.KubeProxyNFTables, Version: "v1.34.4", Services: 100, FullSync: s},
+	}}
+	var b bytes.Buffer
+	peersSection(&b, r)
+	for _, row := range []string{"| 100 | kube-proxy nftables v1.37.2 | 100 ms", "| 100 | kube-proxy nftables v1.34.4 | 1.00 s",
+		"| 100 | kube-proxy nftables v1.37.2 | 10", "| 100 | kube-proxy nftables v1.34.4 | 100"} {
+		if !strings.Contains(b.String(), row) {
+			t.Errorf("want a row starting %q in:\n%s", row, b.String())
+		}
+	}
+	svg := plots(r)["peers-sync.svg"]
+	for _, name := range []string{"kube-proxy nftables v1.37.2", "kube-proxy nftables v1.34.4"} {
+		if !strings.Contains(svg, name) {
+			t.Errorf("peers-sync.svg has no line %q", name)
+		}
+	}
+}

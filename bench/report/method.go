@@ -32,8 +32,9 @@ const peersMethodText = `One etcd + kube-apiserver (built from the Go module pro
 Services + EndpointSlices (created through the API by bench/peers) and a Node object. Each peer
 runs alone, in turn, in the node namespace of a fresh client/node/backend topology
 (bench/probe), watching that API server through a relay, with the same node name and metrics
-address; each peer paces its syncs by its own default: kube-proxy 1.34's fixed 1 s minimum sync
-period in both modes, nftproxy's adaptive pacing (the wait follows what its syncs cost, at most
+address; each kube-proxy mode runs in every release test/cluster builds (v1.37.2 and v1.34.4,
+each row names its release); each peer paces its syncs by its own default: kube-proxy's fixed
+1 s minimum sync period in both modes (both releases), nftproxy's adaptive pacing (the wait follows what its syncs cost, at most
 1 s; README, "Sync pacing"); kube-proxy also gets --conntrack-max-per-core=0 and logs at -v=2
 (one line per sync with its numbers of chains and rules), and iptables mode runs the
 distribution's iptables-restore (nf_tables backend). The backend namespace owns every pod

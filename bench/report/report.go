@@ -187,10 +187,10 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "| Services | peer | full sync (own metric) | start-up to serving | restart sync | endpoint change: API→packet | endpoint sync (metric) | own programming metric | new Service: API→packet | new Service sync | peak RSS |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Peers {
 		if p.Err != "" && p.FullSync == 0 {
-			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Peer, oneLine(p.Err, 700))
+			fmt.Fprintf(w, "| %d | %s | failed: %s ||||||||| \n", p.Services, p.Name(), oneLine(p.Err, 700))
 			continue
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f MB |\n", p.Services, p.Peer, d(p.FullSync)+syncsNote(p.StartupSyncs), d(p.StartupToServing),
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f MB |\n", p.Services, p.Name(), d(p.FullSync)+syncsNote(p.StartupSyncs), d(p.StartupToServing),
 			d(p.RestartSync), cell(p.EndpointE2E), cell(p.EndpointSync), cell(p.OwnProgramming), cell(p.NewServiceE2E), cell(p.NewServiceSync), float64(p.PeakRSS)/(1<<20))
 	}
 	fmt.Fprintf(w, "\n**First-packet latency** (TCP connect round trip from the client namespace; %s):\n\n", "p50 / p90 / p99 over the connections; *direct* is the same path to a pod address, no Service")
@@ -200,7 +200,7 @@ func peersSection(w io.Writer, r *Results) {
 		if len(l.Samples) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "| %d | %s | %d (%d) | %s | %s | %s | %s | %s |\n", p.Services, p.Peer, len(l.Samples), l.Failed,
+		fmt.Fprintf(w, "| %d | %s | %d (%d) | %s | %s | %s | %s | %s |\n", p.Services, p.Name(), len(l.Samples), l.Failed,
 			d(probe.Percentile(l.Samples, 50)), d(probe.Percentile(l.Samples, 90)), d(probe.Percentile(l.Samples, 99)),
 			d(probe.Percentile(p.Direct.Samples, 50)), d(probe.Percentile(p.Direct.Samples, 99)))
 	}
@@ -217,7 +217,7 @@ func peersSection(w io.Writer, r *Results) {
 		if !ok || p.Peer == peers.NFTProxy {
 			continue
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Services, p.Peer, ratio(p.FullSync, b.FullSync), ratio(p.RestartSync, b.RestartSync),
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Services, p.Name(), ratio(p.FullSync, b.FullSync), ratio(p.RestartSync, b.RestartSync),
 			ratio(median(p.EndpointSync), median(b.EndpointSync)), ratio(median(p.NewServiceSync), median(b.NewServiceSync)),
 			ratio(median(p.EndpointE2E), median(b.EndpointE2E)), ratio(median(p.NewServiceE2E), median(b.NewServiceE2E)),
 			ratio(probe.Percentile(p.FirstPacket.Samples, 50), probe.Percentile(b.FirstPacket.Samples, 50)),
@@ -227,10 +227,10 @@ func peersSection(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\n![full sync by peer](peers-sync.svg)\n\n![first-packet latency by peer](first-packet.svg)\n")
 	for _, p := range r.Peers {
 		if p.Err != "" {
-			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(p.Err, 2000))
+			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Name(), p.Services, oneLine(p.Err, 2000))
 		}
 		for _, n := range p.Notes {
-			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Peer, p.Services, oneLine(n, 2000))
+			fmt.Fprintf(w, "\n- %s at %d Services: %s", p.Name(), p.Services, oneLine(n, 2000))
 		}
 	}
 	fmt.Fprintln(w)
@@ -254,7 +254,7 @@ func apiShare(w io.Writer, r *Results) {
 		"the watch, the proxy's pacing and sync, the first connection that reached the new address.\n\n")
 	fmt.Fprintf(w, "| Services | peer | endpoint change: API write | after | new Service: API writes | after |\n|---:|---|---:|---:|---:|---:|\n")
 	for _, p := range rows {
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", p.Services, p.Peer, d(median(p.EndpointAPI)), d(medianAfter(p.EndpointE2E, p.EndpointAPI)),
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", p.Services, p.Name(), d(median(p.EndpointAPI)), d(medianAfter(p.EndpointE2E, p.EndpointAPI)),
 			d(median(p.NewServiceAPI)), d(medianAfter(p.NewServiceE2E, p.NewServiceAPI)))
 	}
 }
@@ -335,14 +335,14 @@ func plots(r *Results) map[string]string {
 		ss = append(ss, s)
 	}
 	out["syncs.svg"] = LogLogSVG("nftproxy sync time vs Services (median)", "Services (x10 endpoints)", "ms", ss)
-	byPeer := map[peers.Kind]*[2]Series{}
-	var order []peers.Kind
+	byPeer := map[string]*[2]Series{} // by Name: two releases of a kube-proxy mode are two lines
+	var order []string
 	for _, p := range r.Peers {
-		if byPeer[p.Peer] == nil {
-			byPeer[p.Peer] = &[2]Series{{Name: string(p.Peer)}, {Name: string(p.Peer)}}
-			order = append(order, p.Peer)
+		if byPeer[p.Name()] == nil {
+			byPeer[p.Name()] = &[2]Series{{Name: p.Name()}, {Name: p.Name()}}
+			order = append(order, p.Name())
 		}
-		s := byPeer[p.Peer]
+		s := byPeer[p.Name()]
 		if p.FullSync > 0 {
 			s[0].X, s[0].Y = append(s[0].X, float64(p.Services)), append(s[0].Y, p.FullSync.Seconds()*1e3)
 		}

@@ -40,7 +40,9 @@ var (
 	peerLimit    = flag.Duration("peer-limit", 30*time.Minute, "longest wait for one peer's start-up, change or restart with -full")
 	peerBudget   = flag.Duration("peer-budget", 75*time.Minute, "longest run of one peer at one size, all its waits together, with -full")
 	peerLogs     = flag.String("peer-logs", "", "directory for each peer process's whole output (default: not kept)")
-	kubeProxy    = flag.String("kube-proxy", "", "kube-proxy binary (default: the one test/cluster builds)")
+	kubeProxy    = flag.String("kube-proxy", "", "kube-proxy binary to run instead of test/cluster's (its --version names it in the report)")
+	kubeProxyVer = flag.String("kube-proxy-versions", cluster.KubeProxyLatestVersion+","+cluster.KubeVersion,
+		"kube-proxy releases test/cluster builds to run side by side as peers, each in the -peers modes")
 	kubeProxyArg = flag.String("kube-proxy-args", "", "extra kube-proxy flags, space-separated (e.g. --v=4)")
 	withRanges   = flag.Bool("ranges", true, "measure the port-range cost")
 )
@@ -80,7 +82,7 @@ func TestReport(t *testing.T) {
 	}
 	netns.Skip(t)
 	ctx := context.Background()
-	r := &Results{Started: time.Now(), Machine: Machine(cluster.KubeVersion)}
+	r := &Results{Started: time.Now(), Machine: Machine(strings.Join(kubeProxyReleases(t), ", "))}
 	dir := *out
 	cfg := syncs.Config{Sizes: []int{200}, Endpoints: 10, Runs: 1, Seed: 1}
 	pcfg := peers.Config{Sizes: []int{100}, Trials: 2, Connects: 200, Limit: time.Minute, Seed: 1}
@@ -167,12 +169,31 @@ func peerEnv(t *testing.T, c *cluster.Cluster) peers.Env {
 	}}
 }
 
+// kubeProxyReleases are the kube-proxy releases the peers run: -kube-proxy's (asked with
+// --version), else -kube-proxy-versions.
+func kubeProxyReleases(t *testing.T) []string {
+	if *kubeProxy != "" {
+		out, err := exec.Command(*kubeProxy, "--version").Output()
+		if err != nil {
+			t.Fatalf("-kube-proxy %s --version: %v", *kubeProxy, err)
+		}
+		v, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "Kubernetes ")
+		if !ok || v == "" {
+			t.Fatalf("-kube-proxy %s --version: %q names no release", *kubeProxy, out)
+		}
+		return []string{v}
+	}
+	var out []string
+	for _, v := range strings.Split(*kubeProxyVer, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Result, error) {
 	c, bin := peerCluster(t)
-	kp := c.Binaries.KubeProxy
-	if *kubeProxy != "" {
-		kp = *kubeProxy
-	}
 	kpArgs := strings.Fields(*kubeProxyArg)
 	want := map[string]bool{}
 	for _, k := range strings.Split(*peerKinds, ",") {
@@ -181,13 +202,33 @@ func runPeers(t *testing.T, ctx context.Context, cfg peers.Config) ([]peers.Resu
 	if want["nftproxy"] {
 		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.NFTProxy, Binary: bin})
 	}
-	if want["nftables"] {
-		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyNFTables, Binary: kp, Args: kpArgs})
-	}
-	if _, err := exec.LookPath("iptables-restore"); err != nil && want["iptables"] {
+	_, noIPTables := exec.LookPath("iptables-restore")
+	if noIPTables != nil && want["iptables"] {
 		t.Log("iptables-restore not found: kube-proxy iptables mode skipped (apt-get install iptables)")
-	} else if want["iptables"] {
-		cfg.Peers = append(cfg.Peers, peers.Peer{Kind: peers.KubeProxyIPTables, Binary: kp, Args: kpArgs})
+	}
+	// Each mode in each release: a mode's releases run one after the other, so they are side by
+	// side in the report's tables.
+	bins := map[string]string{}
+	for _, v := range kubeProxyReleases(t) {
+		bins[v] = *kubeProxy
+		if *kubeProxy == "" {
+			b, err := c.Binaries.KubeProxyAt(v)
+			if err != nil {
+				t.Fatalf("-kube-proxy-versions: %v", err)
+			}
+			bins[v] = b
+		}
+	}
+	for _, mode := range []struct {
+		name string
+		kind peers.Kind
+	}{{"nftables", peers.KubeProxyNFTables}, {"iptables", peers.KubeProxyIPTables}} {
+		if !want[mode.name] || (mode.kind == peers.KubeProxyIPTables && noIPTables != nil) {
+			continue
+		}
+		for _, v := range kubeProxyReleases(t) {
+			cfg.Peers = append(cfg.Peers, peers.Peer{Kind: mode.kind, Version: v, Binary: bins[v], Args: kpArgs})
+		}
 	}
 	return peers.Run(ctx, peerEnv(t, c), cfg)
 }

@@ -35,21 +35,21 @@ func (s *Source) newInformers() (informers, error) {
 	}
 	core, eps := s.cfg.Client.CoreV1(), s.cfg.Client.DiscoveryV1()
 	infs := informers{
-		services: newInformer(&corev1.Service{}, sl, pages, selected,
+		services: newInformer(s.cfg.Client, &corev1.Service{}, sl, pages, selected,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return core.Services(metav1.NamespaceAll).List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return core.Services(metav1.NamespaceAll).Watch(ctx, o)
 			}),
-		slices: newInformer(&discoveryv1.EndpointSlice{}, sl, pages, selected,
+		slices: newInformer(s.cfg.Client, &discoveryv1.EndpointSlice{}, sl, pages, selected,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return eps.EndpointSlices(metav1.NamespaceAll).List(ctx, o)
 			},
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return eps.EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
 			}),
-		node: newInformer(&corev1.Node{}, sl, pages, thisNode,
+		node: newInformer(s.cfg.Client, &corev1.Node{}, sl, pages, thisNode,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return core.Nodes().List(ctx, o)
 			},
@@ -69,8 +69,10 @@ func (s *Source) newInformers() (informers, error) {
 
 // newInformer is an informer of example's type whose lists are slimmed by sl page by page,
 // with tweak applied to the options of lists and watches, and lists paged when pages says the
-// API server serves them well.
-func newInformer(example runtime.Object, sl *slimmer, pages *listPages, tweak func(*metav1.ListOptions),
+// API server serves them well. client is asked whether it can stream initial lists at all
+// (client-go's fake clientset says it cannot: it never sends the closing bookmark), since from
+// client-go 0.35 on informers stream them by default.
+func newInformer(client any, example runtime.Object, sl *slimmer, pages *listPages, tweak func(*metav1.ListOptions),
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
@@ -90,7 +92,7 @@ func newInformer(example runtime.Object, sl *slimmer, pages *listPages, tweak fu
 			return watchFn(ctx, o)
 		},
 	}
-	return cache.NewSharedIndexInformerWithOptions(lw, example, cache.SharedIndexInformerOptions{})
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), example, cache.SharedIndexInformerOptions{})
 }
 
 // slimList slims the items of a list page as soon as it is decoded. The reflector gathers

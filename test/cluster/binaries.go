@@ -11,15 +11,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 )
 
 // The releases the helper modules pin. TestHelperModulesPinVersions keeps them equal to what
-// tools/kube/go.mod and tools/etcd/go.mod require.
+// tools/kube/go.mod, tools/kube-proxy-latest/go.mod and tools/etcd/go.mod require.
 const (
 	KubeVersion = "v1.34.4"
-	EtcdVersion = "v3.5.21"
+	// KubeProxyLatestVersion is the second kube-proxy built, the newest release the project
+	// compares against (bench/'s peers, the migration tests), beside KubeVersion's.
+	KubeProxyLatestVersion = "v1.37.2"
+	EtcdVersion            = "v3.5.21"
 )
 
 // Environment variables that steer where binaries come from.
@@ -33,8 +37,25 @@ const (
 // Paths are the built binaries, ready to run.
 type Paths struct {
 	KubeAPIServer string
-	KubeProxy     string
+	KubeProxy     string // at KubeVersion
 	Etcd          string
+	// KubeProxies are every kube-proxy built, by release: KubeVersion's (KubeProxy) and
+	// KubeProxyLatestVersion's.
+	KubeProxies map[string]string
+}
+
+// KubeProxyAt is the kube-proxy binary of release v ("v1.37.2"), or an error naming the
+// releases there are.
+func (p Paths) KubeProxyAt(v string) (string, error) {
+	if b, ok := p.KubeProxies[v]; ok {
+		return b, nil
+	}
+	var have []string
+	for r := range p.KubeProxies {
+		have = append(have, r)
+	}
+	sort.Strings(have)
+	return "", fmt.Errorf("no kube-proxy %s is built (there are %s); add a helper module under test/cluster/tools for it", v, strings.Join(have, ", "))
 }
 
 // NodePaths are the binaries of a node and the rest of the control plane, which only the node
@@ -90,6 +111,18 @@ func kubeNodeTool() tool {
 	}
 }
 
+// kubeProxyLatestTool builds kube-proxy alone at KubeProxyLatestVersion, from its own helper
+// module (the release's staging modules differ from KubeVersion's).
+func kubeProxyLatestTool() tool {
+	return tool{
+		name:     "kube-proxy",
+		module:   "kube-proxy-latest",
+		version:  KubeProxyLatestVersion,
+		binaries: []binary{{"k8s.io/kubernetes/cmd/kube-proxy", "kube-proxy"}},
+		ldflags:  kubeVersionLDFlags(KubeProxyLatestVersion),
+	}
+}
+
 // etcdTool builds etcd.
 func etcdTool() tool {
 	return tool{
@@ -109,7 +142,7 @@ func kubeVersionLDFlags(v string) string {
 		pkg, v, parts[0], parts[1])
 }
 
-// Binaries returns kube-apiserver, kube-proxy and etcd, building them on first use (minutes; see
+// Binaries returns kube-apiserver, both kube-proxy releases and etcd, building them on first use (minutes; see
 // README.md) and reusing the cached copies afterwards (milliseconds). A file lock makes parallel
 // callers, such as test packages run by one `go test ./...`, wait for one build.
 func Binaries(ctx context.Context) (Paths, error) { return Prepare(ctx, io.Discard) }
@@ -129,9 +162,17 @@ func Prepare(ctx context.Context, progress io.Writer) (Paths, error) {
 	if err != nil {
 		return Paths{}, err
 	}
+	latest, err := ensure(ctx, progress, root, tools, kubeProxyLatestTool())
+	if err != nil {
+		return Paths{}, err
+	}
 	p := Paths{
 		KubeAPIServer: filepath.Join(kube, "kube-apiserver"),
 		KubeProxy:     filepath.Join(kube, "kube-proxy"),
+		KubeProxies: map[string]string{
+			KubeVersion:            filepath.Join(kube, "kube-proxy"),
+			KubeProxyLatestVersion: filepath.Join(latest, "kube-proxy"),
+		},
 	}
 	if e := os.Getenv(EnvEtcd); e != "" {
 		p.Etcd = e

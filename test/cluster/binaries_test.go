@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ func TestHelperModulesPinVersions(t *testing.T) {
 		module, require string
 	}{
 		{"kube", "k8s.io/kubernetes " + KubeVersion},
+		{"kube-proxy-latest", "k8s.io/kubernetes " + KubeProxyLatestVersion},
 		{"etcd", "go.etcd.io/etcd/server/v3 " + EtcdVersion},
 	} {
 		t.Run(tc.module, func(t *testing.T) {
@@ -44,23 +46,33 @@ func TestKubeStagingPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(tools, "kube", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "v0." + strings.TrimPrefix(KubeVersion, "v1.")
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 4 && f[1] == "=>" && strings.HasPrefix(f[0], "k8s.io/") {
-			n++
-			if f[2] != f[0] || f[3] != want {
-				t.Errorf("replace %s => %s %s, want %s %s", f[0], f[2], f[3], f[0], want)
+	for _, tc := range []struct {
+		module, release string
+		staging         int
+	}{
+		{"kube", KubeVersion, 31},                         // v1.34's staging modules
+		{"kube-proxy-latest", KubeProxyLatestVersion, 33}, // v1.37 adds cri-streaming and streaming
+	} {
+		t.Run(tc.module, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(tools, tc.module, "go.mod"))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if n < 30 {
-		t.Errorf("%d staging replaces, want every staging module (31 in v1.34)", n)
+			want := "v0." + strings.TrimPrefix(tc.release, "v1.")
+			n := 0
+			for _, line := range strings.Split(string(b), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 4 && f[1] == "=>" && strings.HasPrefix(f[0], "k8s.io/") {
+					n++
+					if f[2] != f[0] || f[3] != want {
+						t.Errorf("replace %s => %s %s, want %s %s", f[0], f[2], f[3], f[0], want)
+					}
+				}
+			}
+			if n < tc.staging {
+				t.Errorf("%d staging replaces, want every staging module (%d in %s)", n, tc.staging, tc.release)
+			}
+		})
 	}
 }
 
@@ -72,7 +84,7 @@ func TestToolsDeclaredInHelperModules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tl := range []tool{kubeTool(), kubeNodeTool(), etcdTool()} {
+	for _, tl := range []tool{kubeTool(), kubeNodeTool(), kubeProxyLatestTool(), etcdTool()} {
 		if tl.module == "etcd" {
 			continue // etcd's server module is its own main package, required directly
 		}
@@ -81,10 +93,21 @@ func TestToolsDeclaredInHelperModules(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, bin := range tl.binaries {
-			if !strings.Contains(string(b), "\t"+bin.pkg+"\n") {
+			if !strings.Contains(string(b), "\t"+bin.pkg+"\n") && !strings.Contains(string(b), "\ntool "+bin.pkg+"\n") {
 				t.Errorf("%s: tools/%s/go.mod has no tool line for %s", tl.name, tl.module, bin.pkg)
 			}
 		}
+	}
+}
+
+func TestKubeProxyAt(t *testing.T) {
+	p := Paths{KubeProxies: map[string]string{KubeVersion: "/old", KubeProxyLatestVersion: "/new"}}
+	if got, err := p.KubeProxyAt(KubeProxyLatestVersion); err != nil || got != "/new" {
+		t.Errorf("KubeProxyAt(%s) = %q, %v; want /new", KubeProxyLatestVersion, got, err)
+	}
+	_, err := p.KubeProxyAt("v1.30.0")
+	if err == nil || !strings.Contains(err.Error(), KubeVersion+", "+KubeProxyLatestVersion) {
+		t.Errorf("KubeProxyAt(v1.30.0): %v, want an error naming the releases built", err)
 	}
 }
 
@@ -156,7 +179,7 @@ func TestBinariesBuiltAndCached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second != first {
+	if !reflect.DeepEqual(second, first) {
 		t.Errorf("second call = %+v, want the cached %+v", second, first)
 	}
 	if progress.Len() != 0 {
@@ -171,6 +194,8 @@ func TestBinariesBuiltAndCached(t *testing.T) {
 	}{
 		{first.KubeAPIServer, "--version", "Kubernetes " + KubeVersion},
 		{first.KubeProxy, "--version", "Kubernetes " + KubeVersion},
+		{first.KubeProxies[KubeVersion], "--version", "Kubernetes " + KubeVersion},
+		{first.KubeProxies[KubeProxyLatestVersion], "--version", "Kubernetes " + KubeProxyLatestVersion},
 		{first.Etcd, "--version", "etcd Version: " + strings.TrimPrefix(EtcdVersion, "v")},
 	} {
 		out, err := exec.Command(tc.path, tc.arg).CombinedOutput()

@@ -4,6 +4,7 @@
 package k8s
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"net/netip"
@@ -41,6 +42,30 @@ func TestMain(m *testing.M) {
 		daemonBinary = bin
 		return nil
 	}))
+}
+
+// envKubeProxyVersion names the kube-proxy release the tests that run one use instead of their
+// default (any release test/cluster builds: cluster.KubeVersion, cluster.KubeProxyLatestVersion).
+const envKubeProxyVersion = "NFTPROXY_KUBE_PROXY_VERSION"
+
+// kubeProxyBinary is the kube-proxy a migration test runs: the newest release built
+// (cluster.KubeProxyLatestVersion), or the one NFTPROXY_KUBE_PROXY_VERSION names.
+func kubeProxyBinary(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	b, err := c.Binaries.KubeProxyAt(cmp.Or(os.Getenv(envKubeProxyVersion), cluster.KubeProxyLatestVersion))
+	if err != nil {
+		t.Fatalf("%s: %v", envKubeProxyVersion, err)
+	}
+	return b
+}
+
+// kubeProxyReleases are the releases a test run against every kube-proxy built takes, newest
+// first; only NFTPROXY_KUBE_PROXY_VERSION's when it is set.
+func kubeProxyReleases() []string {
+	if v := os.Getenv(envKubeProxyVersion); v != "" {
+		return []string{v}
+	}
+	return []string{cluster.KubeProxyLatestVersion, cluster.KubeVersion}
 }
 
 // env is one scenario: an API server, a lab node and the daemon in it.

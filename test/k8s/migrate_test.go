@@ -50,9 +50,9 @@ var foreignIPTables = [][]string{
 	{"-t", "nat", "-A", "PREROUTING", "-p", "tcp", "--dport", "2222", "-j", "SITE-DNAT"},
 }
 
-// TestMigrateFromKubeProxy is the migration of deploy/MIGRATION.md on a real kube-proxy: it
-// programs the node from the API server (two Services, one a NodePort) in nftables mode and
-// in iptables mode; once it is stopped, `nftproxy cleanup --kube-proxy` (with only
+// TestMigrateFromKubeProxy is the migration of deploy/MIGRATION.md on a real kube-proxy, each
+// release built (v1.37.2 and v1.34.4; their nftables layouts differ): it programs the node from
+// the API server (two Services, one a NodePort) in nftables mode and in iptables mode; once it is stopped, `nftproxy cleanup --kube-proxy` (with only
 // CAP_NET_ADMIN, as in the DaemonSet) leaves nothing of it, and everything else, read with
 // `nft -j list ruleset`, is byte-identical to what was there minus kube-proxy's objects.
 func TestMigrateFromKubeProxy(t *testing.T) {
@@ -68,13 +68,19 @@ func TestMigrateFromKubeProxy(t *testing.T) {
 	e.createService(web)
 	e.createService(np)
 
-	for _, mode := range []string{"nftables", "iptables"} {
-		t.Run(mode, func(t *testing.T) {
-			if mode == "iptables" && !hasIPTables() {
-				t.Skip("needs the iptables binary (iptables-nft), as kube-proxy's iptables mode does")
-			}
-			migrate(t, ctx, c, mode)
-		})
+	for _, release := range kubeProxyReleases() {
+		kp, err := c.Binaries.KubeProxyAt(release)
+		if err != nil {
+			t.Fatalf("%s: %v", envKubeProxyVersion, err)
+		}
+		for _, mode := range []string{"nftables", "iptables"} {
+			t.Run(release+"/"+mode, func(t *testing.T) {
+				if mode == "iptables" && !hasIPTables() {
+					t.Skip("needs the iptables binary (iptables-nft), as kube-proxy's iptables mode does")
+				}
+				migrate(t, ctx, c, kp, mode)
+			})
+		}
 	}
 }
 
@@ -114,7 +120,7 @@ func (e *env) waitKubeProxySynced(svc fixture.Service) {
 	})
 }
 
-func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string) {
+func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, kubeProxy, mode string) {
 	l := lab.New(t, lab.Options{Pods: 2})
 	if err := l.NftApply(foreignTable); err != nil {
 		t.Fatal(err)
@@ -127,7 +133,7 @@ func migrate(t *testing.T, ctx context.Context, c *cluster.Cluster, mode string)
 		}
 	}
 	kc := c.KubeconfigFor(t, l.Node, c.Admin())
-	kp, err := l.StartInNode(ctx, c.Binaries.KubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
+	kp, err := l.StartInNode(ctx, kubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
 		"--hostname-override", fixture.NodeName, "--cluster-cidr", lab.PodCIDRv4+","+lab.PodCIDRv6,
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
 		"--conntrack-max-per-core=0", "--v=2")

@@ -12,7 +12,8 @@ import (
 )
 
 // TestMigrationOverlapWithKubeProxy follows deploy/MIGRATION.md's steps 2 to 5 on a real
-// kube-proxy (v1.34, built from source), in its nftables and iptables modes: nftproxy starts
+// kube-proxy (built from source; kubeProxyBinary: the newest release), in its nftables and
+// iptables modes: nftproxy starts
 // beside the running kube-proxy, kube-proxy stops (its rules stay, frozen), Services change,
 // then kube-proxy's rules are removed. It checks what the guide says the overlap serves:
 //   - the health-check node port of an externalTrafficPolicy=Local Service answers 200
@@ -45,7 +46,7 @@ func overlap(t *testing.T, mode string) {
 	e.createService(steady)
 
 	kc := e.c.KubeconfigFor(t, e.lab.Node, e.c.Admin())
-	kp, err := e.lab.StartInNode(e.ctx, e.c.Binaries.KubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
+	kp, err := e.lab.StartInNode(e.ctx, kubeProxyBinary(t, e.c), "--proxy-mode", mode, "--kubeconfig", kc,
 		"--hostname-override", fixture.NodeName, "--cluster-cidr", lab.PodCIDRv4+","+lab.PodCIDRv6,
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
 		"--conntrack-max-per-core=0", "--v=2")
@@ -191,7 +192,7 @@ func rollback(t *testing.T, mode string) {
 	// 2. kube-proxy comes back and opens the health-check node port nobody holds.
 	kc := e.c.KubeconfigFor(t, e.lab.Node, e.c.Admin())
 	tr.setPhase("2. kube-proxy starting")
-	if _, err := e.lab.StartInNode(e.ctx, e.c.Binaries.KubeProxy, "--proxy-mode", mode, "--kubeconfig", kc,
+	if _, err := e.lab.StartInNode(e.ctx, kubeProxyBinary(t, e.c), "--proxy-mode", mode, "--kubeconfig", kc,
 		"--hostname-override", fixture.NodeName, "--cluster-cidr", lab.PodCIDRv4+","+lab.PodCIDRv6,
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
 		"--conntrack-max-per-core=0", "--v=2"); err != nil {

@@ -82,6 +82,26 @@ func TestConfigFileSetsFlags(t *testing.T) {
 	}
 }
 
+// TestConfigFile137: kube-proxy v1.37's file (primary, localhost and a CIDR in
+// nodePortAddresses) starts nftproxy with primary and the CIDR; localhost is only warned about.
+func TestConfigFile137(t *testing.T) {
+	o, err := parseRun(t, runFlags, "--config", filepath.Join("kpconfig", "testdata", "v1.37.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (nodePortAddresses{o}).String(); got != "primary,198.18.0.0/15" || !o.NodePortPrimary {
+		t.Errorf("--nodeport-addresses %q (primary %v), want primary,198.18.0.0/15", got, o.NodePortPrimary)
+	}
+	// all outweighs the rest of the list: every node address, the flag's empty value.
+	o, err = parseRun(t, runFlags, "--config", kubeadmConfig(t, "nodePortAddresses: null", "nodePortAddresses: [10.0.0.0/8, all]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (nodePortAddresses{o}).String(); got != "" || o.NodePortPrimary {
+		t.Errorf("all: --nodeport-addresses %q (primary %v), want empty", got, o.NodePortPrimary)
+	}
+}
+
 // TestFlagsOverrideConfigFile: a flag given on the command line wins over the file, whatever the
 // order; a flag not given takes the file's value, not its default.
 func TestFlagsOverrideConfigFile(t *testing.T) {
@@ -153,7 +173,11 @@ func TestNodePortAddressesFlag(t *testing.T) {
 	}{
 		{"primary", "primary", true, false},
 		{"10.0.0.0/8,fd00::/64", "10.0.0.0/8,fd00::/64", false, false},
-		{"primary,10.0.0.0/8", "", false, true},
+		{"primary,10.0.0.0/8", "primary,10.0.0.0/8", true, false},
+		{"10.0.0.0/8, primary", "primary,10.0.0.0/8", true, false},
+		{"primary,primary", "", false, true},
+		{"all", "", false, true},
+		{"localhost,10.0.0.0/8", "", false, true},
 		{"", "", false, false},
 	} {
 		o, err := parseRun(t, runFlags, "--nodeport-addresses", tc.arg)
@@ -216,6 +240,16 @@ status: {addresses: [{type: InternalIP, address: 198.18.0.2}]}
 	}
 	if o.ClusterCIDRs.String() != "198.18.64.0/24" || o.NodePortCIDRs.String() != "198.18.0.2/32" {
 		t.Errorf("cluster CIDRs %s, node-port CIDRs %s", o.ClusterCIDRs.String(), o.NodePortCIDRs.String())
+	}
+	// CIDRs given beside primary add to the Node's primary address (kube-proxy v1.37).
+	if err := (nodePortAddresses{o}).Set("primary,fd00:99::/64"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.resolveFromNode(t.Context(), newLogger(0, io.Discard)); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.NodePortCIDRs.String(); got != "198.18.0.2/32,fd00:99::/64" {
+		t.Errorf("primary with a CIDR: node-port CIDRs %s, want 198.18.0.2/32,fd00:99::/64", got)
 	}
 	o.NodeName = "other"
 	if err := o.resolveFromNode(t.Context(), newLogger(0, io.Discard)); err == nil || !strings.Contains(err.Error(), `no Node named "other"`) {

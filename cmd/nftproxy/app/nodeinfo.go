@@ -65,7 +65,8 @@ func (o *Options) resolveFromNode(ctx context.Context, log logr.Logger) error {
 		if len(primary) == 0 {
 			return fmt.Errorf("--nodeport-addresses primary: Node %s has no InternalIP or ExternalIP in its status", n.Name)
 		}
-		o.NodePortCIDRs = primary
+		// The CIDRs given beside primary add to it, as kube-proxy expands the word in place.
+		o.NodePortCIDRs = append(primary, o.nodePortBeside...)
 	}
 	log.Info("read from this Node at start", "node", n.Name, "why", why, "clusterCIDRs", o.ClusterCIDRs.String(), "nodePortAddresses", o.NodePortCIDRs.String())
 	return nil

@@ -56,8 +56,11 @@ type Options struct {
 	// on the command line, which override it (config.go).
 	ConfigFile string
 	// NodePortPrimary is --nodeport-addresses primary: node ports on the Node's primary address
-	// of each family only; NodePortCIDRs is then set from the Node at start (nodeinfo.go).
+	// of each family too (only, unless CIDRs are given beside it); it is added to NodePortCIDRs
+	// from the Node at start (nodeinfo.go).
 	NodePortPrimary bool
+	// nodePortBeside are the CIDRs given with primary in --nodeport-addresses.
+	nodePortBeside prefixList
 	// AffinityMapSize is --affinity-map-size: the bound of each shared ClientIP affinity map.
 	AffinityMapSize uint
 	// DetectLocalMode is ClusterCIDR (--cluster-cidr is the cluster's traffic) or NodeCIDR (the
@@ -131,7 +134,8 @@ const (
 	detectNodeCIDR    = "NodeCIDR"
 )
 
-// nodePortAddresses is --nodeport-addresses: CIDRs, or the word primary alone (kube-proxy's).
+// nodePortAddresses is --nodeport-addresses: CIDRs and the word primary, in any combination
+// (kube-proxy's since v1.37; before, primary had to be alone).
 type nodePortAddresses struct{ o *Options }
 
 func (n nodePortAddresses) String() string {
@@ -139,22 +143,43 @@ func (n nodePortAddresses) String() string {
 		return ""
 	}
 	if n.o.NodePortPrimary {
-		return "primary"
+		if len(n.o.nodePortBeside) == 0 {
+			return "primary"
+		}
+		return "primary," + n.o.nodePortBeside.String()
 	}
 	return n.o.NodePortCIDRs.String()
 }
 
 func (n nodePortAddresses) Set(v string) error {
 	n.o.NodePortPrimary = false
-	if strings.TrimSpace(v) == "primary" {
-		n.o.NodePortPrimary = true
-		n.o.NodePortCIDRs = nil
-		return nil
+	var cidrs []string
+	for _, f := range strings.Split(v, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "primary":
+			if n.o.NodePortPrimary {
+				return fmt.Errorf("%q: primary is given twice", v)
+			}
+			n.o.NodePortPrimary = true
+		case "all", "localhost":
+			return fmt.Errorf("%q: %s is not a word of this flag (only primary): %s", v, f, map[string]string{
+				"all":       "leave the flag empty to serve node ports on every node address",
+				"localhost": "nftproxy never serves node ports on loopback addresses",
+			}[f])
+		default:
+			cidrs = append(cidrs, f)
+		}
 	}
-	if strings.Contains(v, "primary") {
-		return fmt.Errorf("%q: primary must be given alone, not with CIDRs", v)
+	var given prefixList
+	if err := given.Set(strings.Join(cidrs, ",")); err != nil {
+		return err
 	}
-	return n.o.NodePortCIDRs.Set(v)
+	n.o.NodePortCIDRs, n.o.nodePortBeside = given, nil
+	if n.o.NodePortPrimary {
+		// NodePortCIDRs is set from the Node at start (nodeinfo.go).
+		n.o.NodePortCIDRs, n.o.nodePortBeside = nil, given
+	}
+	return nil
 }
 
 // flagScope says which command's flags to register: each command offers only the flags it
@@ -180,7 +205,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	fs.StringVar(&o.Families, "ip-families", "ipv4,ipv6", "IP families to program: ipv4, ipv6 or both")
 	fs.Var(&o.ClusterCIDRs, "cluster-cidr", "pod CIDRs (comma-separated); traffic to a ClusterIP from outside them is masqueraded")
 	fs.Var(&o.ServiceCIDRs, "service-cidr", "Service CIDRs (comma-separated); traffic to addresses in them that no Service owns is dropped, so one holding an address of the node (the kernel's or the Node object's) is refused before anything is programmed; manifest mode: a Service whose cluster IP is not allocatable from them is rejected")
-	fs.Var(nodePortAddresses{o}, "nodeport-addresses", "node ports are served only on node addresses inside these CIDRs (comma-separated), or with primary only on the Node object's primary address of each family (its first InternalIP, else ExternalIP); empty: every node address except loopback")
+	fs.Var(nodePortAddresses{o}, "nodeport-addresses", "node ports are served only on node addresses inside these CIDRs (comma-separated), and, with the word primary, on the Node object's primary address of each family (its first InternalIP, else ExternalIP); empty: every node address except loopback")
 	fs.StringVar(&o.DetectLocalMode, "detect-local-mode", detectClusterCIDR, "which traffic is the cluster's own (not masqueraded to ClusterIPs, short-circuited to LoadBalancer IPs of externalTrafficPolicy=Local Services): ClusterCIDR (from --cluster-cidr) or NodeCIDR (from this Node's spec.podCIDRs, read at start)")
 	fs.StringVar(&o.ConfigFile, "config", "", "kube-proxy's configuration file (KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1; kubeadm's kube-proxy ConfigMap as it is): read strictly, every field mapped to a flag, warned about or refused with its reason; flags given on the command line override it")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to Services, not only traffic from outside the cluster")

@@ -157,6 +157,33 @@ func TestTranslateEachField(t *testing.T) {
 		{"clusterCIDR dual-stack", func(c *v1alpha1.KubeProxyConfiguration) { c.ClusterCIDR = "10.244.0.0/16,fd00:10::/56" }, want{flag: "cluster-cidr", value: "10.244.0.0/16,fd00:10::/56"}},
 		{"nodePortAddresses primary", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"primary"} }, want{flag: "nodeport-addresses", value: "primary"}},
 		{"nodePortAddresses CIDRs", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"10.0.0.0/8", "fd00::/64"} }, want{flag: "nodeport-addresses", value: "10.0.0.0/8,fd00::/64"}},
+		// kube-proxy v1.37's keywords, in any combination with CIDRs.
+		{"nodePortAddresses primary with a CIDR", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"10.0.0.0/8", "primary"} }, want{flag: "nodeport-addresses", value: "10.0.0.0/8,primary"}},
+		{"nodePortAddresses all", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"all"} }, want{flag: "nodeport-addresses", value: ""}},
+		{"nodePortAddresses all outweighs CIDRs", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"10.0.0.0/8", "all"} }, want{flag: "nodeport-addresses", value: ""}},
+		{"nodePortAddresses localhost beside a CIDR", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"localhost", "10.0.0.0/8"} }, want{flag: "nodeport-addresses", value: "10.0.0.0/8", warn: "nodePortAddresses"}},
+		{"nodePortAddresses localhost alone", func(c *v1alpha1.KubeProxyConfiguration) { c.NodePortAddresses = []string{"localhost"} }, want{refuse: "nodePortAddresses"}},
+		{"nodePortAddresses localhost with the localhost gate", func(c *v1alpha1.KubeProxyConfiguration) {
+			c.NodePortAddresses = []string{"primary", "localhost"}
+			c.FeatureGates = map[string]bool{"KubeProxyNFTablesLocalhostNodePorts": true}
+		}, want{refuse: "nodePortAddresses"}},
+		{"nodePortAddresses localhost in iptables mode", func(c *v1alpha1.KubeProxyConfiguration) {
+			c.Mode = "iptables"
+			c.NodePortAddresses = []string{"primary", "localhost"}
+		}, want{refuse: "nodePortAddresses"}},
+		{"nodePortAddresses localhost in iptables mode without localhostNodePorts", func(c *v1alpha1.KubeProxyConfiguration) {
+			c.Mode = "iptables"
+			no := false
+			c.IPTables.LocalhostNodePorts = &no
+			c.NodePortAddresses = []string{"primary", "localhost"}
+		}, want{flag: "nodeport-addresses", value: "primary", warn: "nodePortAddresses"}},
+		{"nodePortAddresses keyword twice", func(c *v1alpha1.KubeProxyConfiguration) {
+			c.NodePortAddresses = []string{"primary", "10.0.0.0/8", "primary"}
+		}, want{refuse: "nodePortAddresses"}},
+		{"bindAddress with primary beside CIDRs", func(c *v1alpha1.KubeProxyConfiguration) {
+			c.BindAddress = "10.0.0.5"
+			c.NodePortAddresses = []string{"10.0.0.0/8", "primary"}
+		}, want{refuse: "bindAddress"}},
 		{"oomScoreAdj", func(c *v1alpha1.KubeProxyConfiguration) { c.OOMScoreAdj = i32(-999) }, want{warn: "oomScoreAdj"}},
 		{"configSyncPeriod", func(c *v1alpha1.KubeProxyConfiguration) { c.ConfigSyncPeriod.Duration = time.Minute }, want{warn: "configSyncPeriod"}},
 		{"portRange", func(c *v1alpha1.KubeProxyConfiguration) { c.PortRange = "30000-30100" }, want{warn: "portRange"}},
@@ -186,6 +213,73 @@ func TestTranslateEachField(t *testing.T) {
 				t.Errorf("Err() = %v, want it to name %s", tr.Err(), tc.want.refuse)
 			}
 		})
+	}
+}
+
+// TestKubeProxy137File: a v1.37 file with v1.37's new values decodes; primary beside a CIDR is
+// mapped, localhost is dropped with a warning (the gate is off, so kube-proxy serves no node
+// port on loopback either); with the gate on, the file is refused naming the field and why.
+func TestKubeProxy137File(t *testing.T) {
+	cfg, err := Load(filepath.Join("testdata", "v1.37.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := Translate(cfg)
+	if err := tr.Err(); err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if got, want := settings(tr)["nodeport-addresses"], "primary,198.18.0.0/15"; got != want {
+		t.Errorf("--nodeport-addresses %q, want %q", got, want)
+	}
+	var notes []string
+	for _, n := range tr.Warnings {
+		notes = append(notes, n.String())
+	}
+	for _, want := range []string{"nodePortAddresses: localhost dropped", "featureGates.KubeProxyNFTablesLocalhostNodePorts: ignored"} {
+		if !strings.Contains(strings.Join(notes, "\n"), want) {
+			t.Errorf("no warning %q; warnings:\n%s", want, strings.Join(notes, "\n"))
+		}
+	}
+	cfg.FeatureGates["KubeProxyNFTablesLocalhostNodePorts"] = true
+	err = Translate(cfg).Err()
+	if err == nil || !strings.Contains(err.Error(), "nodePortAddresses: localhost with featureGates.KubeProxyNFTablesLocalhostNodePorts asks for TCP node ports on 127.0.0.1") {
+		t.Errorf("with the gate on: got %v, want nodePortAddresses refused for node ports on 127.0.0.1", err)
+	}
+}
+
+// TestEveryFieldClassified: the fields of the KubeProxyConfiguration this build decodes are the
+// ones Translate and README.md's table classify. A k8s.io/kube-proxy upgrade that adds one
+// fails here: strict decoding would accept it and Translate would drop it silently.
+func TestEveryFieldClassified(t *testing.T) {
+	classified := []string{ // as of k8s.io/kube-proxy v0.37.2 (v1.37: the same fields as v1.34)
+		"featureGates", "clientConnection.kubeconfig", "clientConnection.acceptContentTypes", "clientConnection.contentType",
+		"clientConnection.qps", "clientConnection.burst", "logging.format", "logging.flushFrequency", "logging.verbosity",
+		"logging.vmodule", "logging.options", "hostnameOverride", "bindAddress", "healthzBindAddress", "metricsBindAddress",
+		"bindAddressHardFail", "enableProfiling", "showHiddenMetricsForVersion", "mode", "iptables.masqueradeBit",
+		"iptables.masqueradeAll", "iptables.localhostNodePorts", "iptables.syncPeriod", "iptables.minSyncPeriod",
+		"ipvs.syncPeriod", "ipvs.minSyncPeriod", "ipvs.scheduler", "ipvs.excludeCIDRs", "ipvs.strictARP", "ipvs.tcpTimeout",
+		"ipvs.tcpFinTimeout", "ipvs.udpTimeout", "nftables.masqueradeBit", "nftables.masqueradeAll", "nftables.syncPeriod",
+		"nftables.minSyncPeriod", "winkernel.networkName", "winkernel.sourceVip", "winkernel.enableDSR",
+		"winkernel.rootHnsEndpointName", "winkernel.forwardHealthCheckVip", "detectLocalMode", "detectLocal.bridgeInterface",
+		"detectLocal.interfaceNamePrefix", "clusterCIDR", "nodePortAddresses", "oomScoreAdj", "conntrack.maxPerCore",
+		"conntrack.min", "conntrack.tcpEstablishedTimeout", "conntrack.tcpCloseWaitTimeout", "conntrack.tcpBeLiberal",
+		"conntrack.udpTimeout", "conntrack.udpStreamTimeout", "configSyncPeriod", "portRange", "windowsRunAsService",
+	}
+	known := map[string]bool{}
+	for _, f := range classified {
+		known[f] = true
+	}
+	got := map[string]bool{}
+	for _, f := range fieldPaths(reflect.TypeOf(v1alpha1.KubeProxyConfiguration{}), "", 0) {
+		got[f] = true
+		if !known[f] {
+			t.Errorf("KubeProxyConfiguration has a field nftproxy does not classify: %s; map, warn about or refuse it in Translate, add it to README.md's table and to this list", f)
+		}
+	}
+	for _, f := range classified {
+		if !got[f] {
+			t.Errorf("KubeProxyConfiguration no longer has %s: remove it from Translate, README.md's table and this list", f)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,7 +156,7 @@ func (t *Translation) servers(c *v1alpha1.KubeProxyConfiguration) {
 			t.refuse("bindAddress", "%q is not an IP address", b)
 		case a.IsUnspecified():
 			v6 = a.Is6()
-		case len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == "primary":
+		case slices.Contains(trimmed(c.NodePortAddresses), npaPrimary):
 			t.refuse("bindAddress", "%s with nodePortAddresses primary: kube-proxy would serve node ports on %s, nftproxy takes the primary address from the Node object; list it in nodePortAddresses instead (%s)",
 				b, b, netip.PrefixFrom(a, a.BitLen()))
 		default:
@@ -331,9 +332,75 @@ func (t *Translation) local(c *v1alpha1.KubeProxyConfiguration) {
 	if cidr := strings.TrimSpace(c.ClusterCIDR); cidr != "" {
 		t.set("clusterCIDR", "cluster-cidr", cidr)
 	}
-	if len(c.NodePortAddresses) > 0 {
-		t.set("nodePortAddresses", "nodeport-addresses", strings.Join(c.NodePortAddresses, ","))
+	t.nodePorts(c)
+}
+
+// The keywords of nodePortAddresses: primary since kube-proxy v1.29 (alone until v1.37),
+// localhost and all since v1.37, in any combination with CIDRs.
+const (
+	npaPrimary   = "primary"
+	npaLocalhost = "localhost"
+	npaAll       = "all"
+	// localhostGate lets kube-proxy's nftables mode serve TCP node ports on loopback (v1.37
+	// alpha) when nodePortAddresses lists a loopback range.
+	localhostGate = "KubeProxyNFTablesLocalhostNodePorts"
+)
+
+// nodePorts maps nodePortAddresses to --nodeport-addresses: CIDRs and primary as they are, all
+// as the flag's empty value (every node address), localhost dropped where kube-proxy does not
+// serve node ports on loopback either and refused where it would.
+func (t *Translation) nodePorts(c *v1alpha1.KubeProxyConfiguration) {
+	list := trimmed(c.NodePortAddresses)
+	if len(list) == 0 {
+		return
 	}
+	seen := map[string]bool{}
+	var keep []string
+	for _, a := range list {
+		switch a {
+		case npaPrimary, npaLocalhost, npaAll:
+			if seen[a] {
+				t.refuse("nodePortAddresses", "%s is listed twice (kube-proxy refuses that too): list it once", a)
+				return
+			}
+			seen[a] = true
+			if a == npaPrimary {
+				keep = append(keep, a)
+			}
+		default:
+			keep = append(keep, a)
+		}
+	}
+	if seen[npaLocalhost] {
+		switch mode := c.Mode; {
+		case mode == "nftables" && c.FeatureGates[localhostGate]:
+			t.refuse("nodePortAddresses", "localhost with featureGates.%s asks for TCP node ports on 127.0.0.1 and ::1, which nftproxy never serves (a reachable loopback listener is the node's own); remove localhost from the list", localhostGate)
+			return
+		case (mode == "" || mode == "iptables") && (c.IPTables.LocalhostNodePorts == nil || *c.IPTables.LocalhostNodePorts):
+			t.refuse("nodePortAddresses", "localhost in iptables mode asks for node ports on 127.0.0.1 (iptables.localhostNodePorts is unset or true), which nftproxy never serves (it would need route_localnet); remove localhost from the list")
+			return
+		case len(keep) == 0 && !seen[npaAll]:
+			t.refuse("nodePortAddresses", "[localhost] alone: kube-proxy (mode %q) would serve node ports on no address, as it does not serve them on loopback; nftproxy cannot serve them nowhere: list the node addresses' CIDRs or primary instead", mode)
+			return
+		default:
+			t.warn("nodePortAddresses", "localhost dropped: node ports are never served on loopback addresses (as in kube-proxy's mode %q); the rest of the list applies", mode)
+		}
+	}
+	if seen[npaAll] {
+		// all is 0.0.0.0/0 and ::/0, which makes kube-proxy ignore the rest of the list.
+		t.set("nodePortAddresses", "nodeport-addresses", "")
+		return
+	}
+	t.set("nodePortAddresses", "nodeport-addresses", strings.Join(keep, ","))
+}
+
+// trimmed is l with each entry's surrounding spaces removed.
+func trimmed(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = strings.TrimSpace(s)
+	}
+	return out
 }
 
 func (t *Translation) other(c *v1alpha1.KubeProxyConfiguration) {

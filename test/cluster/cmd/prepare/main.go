@@ -1,5 +1,6 @@
 // Command prepare builds (or finds in the cache) the binaries the integration tier runs:
-// kube-apiserver, kube-proxy and etcd, and with -node the node tier's kubelet,
+// kube-apiserver, kube-proxy (two releases: the API server's and the newest the project compares
+// against) and etcd, and with -node the node tier's kubelet,
 // kube-controller-manager and kube-scheduler. CI runs it before `go test` so the first build,
 // which takes minutes, is reported on its own line and does not count against a test timeout.
 //
@@ -36,9 +37,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "prepare:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("cluster binaries ready in %s (Kubernetes %s, etcd %s):\n  %s\n  %s\n  %s\n",
-		time.Since(start).Round(time.Millisecond), cluster.KubeVersion, cluster.EtcdVersion,
-		paths.KubeAPIServer, paths.KubeProxy, paths.Etcd)
+	fmt.Printf("cluster binaries ready in %s (Kubernetes %s, kube-proxy %s too, etcd %s):\n  %s\n  %s\n  %s\n  %s\n",
+		time.Since(start).Round(time.Millisecond), cluster.KubeVersion, cluster.KubeProxyLatestVersion, cluster.EtcdVersion,
+		paths.KubeAPIServer, paths.KubeProxy, paths.KubeProxies[cluster.KubeProxyLatestVersion], paths.Etcd)
 	if !*node {
 		return
 	}
