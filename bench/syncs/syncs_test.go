@@ -2,9 +2,13 @@ package syncs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
@@ -73,4 +77,41 @@ func sizeName(n int) string {
 		return strconv.Itoa(n/1000) + "k"
 	}
 	return strconv.Itoa(n)
+}
+
+// TestChainSkip: a per-endpoint-chain comparison that cannot run at a size is skipped there with
+// its reason, and at every larger size without being built; a smaller shape still runs it.
+func TestChainSkip(t *testing.T) {
+	big := fmt.Errorf("per-endpoint chains: full sync: apply transaction (4875043 ops): %w: 1147567492 bytes", nft.ErrBatchTooLarge)
+	why, large := chainSkip(big)
+	if !large || !strings.Contains(why, "one netlink batch") || !strings.Contains(why, "1147567492") {
+		t.Errorf("batch too large: reason %q, large %v; want the size named and large", why, large)
+	}
+	why, large = chainSkip(errors.New("op 3 add rule: EINVAL"))
+	if large || !strings.Contains(why, "EINVAL") {
+		t.Errorf("another failure: reason %q, large %v; want it named, not large", why, large)
+	}
+	at := []Shape{{Services: 100000, Endpoints: 10}}
+	for _, c := range []struct {
+		s    Shape
+		skip bool
+	}{
+		{Shape{Services: 100000, Endpoints: 10}, true},
+		{Shape{Services: 200000, Endpoints: 10}, true},
+		{Shape{Services: 50000, Endpoints: 50}, true},
+		{Shape{Services: 50000, Endpoints: 10}, false},
+		{Shape{Services: 5000, Endpoints: 50}, false},
+	} {
+		if got := skipBefore(c.s, at); (got != "") != c.skip || c.skip && !strings.Contains(got, "100000 Services × 10") {
+			t.Errorf("%s after 100000x10 did not fit: %q, want skipped %v", c.s, got, c.skip)
+		}
+	}
+	if got := skipBefore(Shape{Services: 100000, Endpoints: 10}, nil); got != "" {
+		t.Errorf("nothing skipped before: %q", got)
+	}
+	var b strings.Builder
+	Markdown(&b, Results{Shape{Services: 100000, Endpoints: 10}: {Full: {{Total: 1}}, ChainSkipped: {{Skipped: why}}}})
+	if !strings.Contains(b.String(), "| "+string(ChainSkipped)+" | "+why) {
+		t.Errorf("report without the reason %q:\n%s", why, b.String())
+	}
 }
