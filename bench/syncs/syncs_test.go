@@ -35,6 +35,9 @@ func TestQuick(t *testing.T) {
 			t.Errorf("%s: %d ops, want more than 0 and fewer than the full sync's %d", ph, got, full.Ops)
 		}
 	}
+	if sk := r[ChainSkipped]; len(sk) > 0 {
+		t.Fatalf("per-endpoint chains at 200 Services: %s", sk[0].Skipped)
+	}
 	chainFull := r[ChainFull][0]
 	if chainFull.Ops <= full.Ops {
 		t.Errorf("per-endpoint chains: full sync sent %d ops, want more than nftproxy's %d (a chain and two rules per endpoint)", chainFull.Ops, full.Ops)
