@@ -95,10 +95,14 @@ func (b *Builder) Base(node *model.Node) fragment.Fragment {
 		verdictMap(MapNoEndpointServices, "Services without endpoints: reject", true, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapNoEndpointAllPorts, "all-ports Services without endpoints: reject", false, addr, nft.TypeInetProto),
 		verdictMap(MapNoEndpointNodePorts, "node ports of Services without endpoints: reject", true, nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapEndpoints, "address . protocol . port . slot -> endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapLocalEndpoints, "address . protocol . port . slot -> local endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapNodePortEndpoints, "protocol . node port . slot -> endpoint", nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapLocalNodePortEndpoints, "protocol . node port . slot -> local endpoint", nft.TypeInetProto, nft.TypeInetService),
+	}
+	// Each endpoint map is split into shards (shared.go, endpointShard).
+	for s := 0; s < c.endpointShards(); s++ {
+		f.Sets = append(f.Sets,
+			endpointMap(EndpointMap(MapEndpoints, s), "address . protocol . port . slot -> endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
+			endpointMap(EndpointMap(MapLocalEndpoints, s), "address . protocol . port . slot -> local endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
+			endpointMap(EndpointMap(MapNodePortEndpoints, s), "protocol . node port . slot -> endpoint", nft.TypeInetProto, nft.TypeInetService),
+			endpointMap(EndpointMap(MapLocalNodePortEndpoints, s), "protocol . node port . slot -> local endpoint", nft.TypeInetProto, nft.TypeInetService))
 	}
 	if c.Family == nft.IPv4 {
 		// Dynamic: the packet path owns their elements (the reconciler never diffs them). No
