@@ -118,3 +118,26 @@ func TestChainSkip(t *testing.T) {
 		t.Errorf("report without the reason %q:\n%s", why, b.String())
 	}
 }
+
+// TestServiceOps: adding a Service costs a few ops whatever the size of the cluster, more for
+// more endpoints and frontends, and every shape costs something.
+func TestServiceOps(t *testing.T) {
+	rows, full, err := ServiceOps(context.Background(), 300, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full <= 0 {
+		t.Errorf("full sync: %.1f ops per Service", full)
+	}
+	got := map[string]float64{}
+	for _, r := range rows {
+		got[r.Shape.Name] = r.Add
+		if r.Add <= 0 || r.First <= 0 {
+			t.Errorf("%s: %.1f ops per Service, %d the first: want some", r.Shape.Name, r.Add, r.First)
+		}
+	}
+	one, ten, np, lb := got[ServiceShapes[0].Name], got[ServiceShapes[1].Name], got[ServiceShapes[2].Name], got[ServiceShapes[3].Name]
+	if !(one < ten && ten < np && np < lb) {
+		t.Errorf("ops per Service: 1 endpoint %.1f, 10 endpoints %.1f, NodePort %.1f, LoadBalancer %.1f; want each more than the one before", one, ten, np, lb)
+	}
+}

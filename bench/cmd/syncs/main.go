@@ -21,6 +21,7 @@ func main() {
 	quick := flag.Bool("quick", false, "CI mode: 1000 Services, 3 runs")
 	verbose := flag.Bool("v", false, "print every sample to stderr")
 	chains := flag.Bool("chains", true, "also measure the per-endpoint-chain layout (skipped, with the reason, at sizes where it cannot run)")
+	opsBase := flag.Int("ops", 10000, "count the ops one Service of each shape costs after this many workload Services (in-memory kernel); 0: no")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole campaign to this file")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -60,4 +61,12 @@ func main() {
 		os.Exit(1)
 	}
 	syncs.Markdown(os.Stdout, res)
+	if *opsBase > 0 {
+		rows, full, err := syncs.ServiceOps(context.Background(), *opsBase, 100)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "syncs: ops per Service:", err)
+			os.Exit(1)
+		}
+		syncs.OpsMarkdown(os.Stdout, *opsBase, 100, rows, full)
+	}
 }
