@@ -89,7 +89,12 @@ type Config struct {
 	Seed   int64
 	// NoChains skips the per-endpoint-chain layout.
 	NoChains bool
-	Log      io.Writer // one line per sample, when set
+	// NoText skips the `nft -f` comparison.
+	NoText bool
+	// EndpointShards is the ruleset's number of endpoint-map shards (0: its default), to
+	// compare layouts.
+	EndpointShards int
+	Log            io.Writer // one line per sample, when set
 }
 
 // runs is the number of runs for a shape: RunsAt for a size of Sizes, ShapeRuns for one of Shapes.
@@ -192,8 +197,11 @@ func (t *timed) sync(ctx context.Context, p *proxier.Proxier) (Sample, error) {
 }
 
 // NewBuilder is the builder the benchmarks use (IPv4, default marks).
-func NewBuilder() (*ruleset.Builder, error) {
-	return ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
+func NewBuilder() (*ruleset.Builder, error) { return newBuilder(0) }
+
+// newBuilder is NewBuilder with the endpoint maps split into shards maps (0: the default).
+func newBuilder(shards int) (*ruleset.Builder, error) {
+	return ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000, EndpointShards: shards})
 }
 
 // Run measures every size Runs times. Each run uses fresh namespaces and the same workload (same
@@ -272,15 +280,17 @@ func skipBefore(s Shape, tooLarge []Shape) string {
 func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (got map[Phase]Sample, chainErr, err error) {
 	spec := workload.DefaultSpec(shape.Services, shape.Endpoints, cfg.Seed)
 	w := workload.Generate(spec)
-	b, err := NewBuilder()
+	b, err := newBuilder(cfg.EndpointShards)
 	if err != nil {
 		return nil, nil, err
 	}
 	got = map[Phase]Sample{}
 
 	// nft -f first, in its own namespace, from the untouched workload.
-	if got[NftText], err = loadText(b, w); err != nil {
-		return nil, nil, err
+	if !cfg.NoText {
+		if got[NftText], err = loadText(b, w); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	ns, err := netns.Create("nftp-sync")
