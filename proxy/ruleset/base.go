@@ -91,7 +91,8 @@ func (b *Builder) Base(node *model.Node) fragment.Fragment {
 		verdictMap(MapServiceIPs, "ClusterIP, LoadBalancer IP or external IP . protocol . port -> Service", false, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapServiceRanges, "Service address . protocol . port range -> Service", true, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapServiceAllPorts, "all-ports Service address . protocol -> Service", false, addr, nft.TypeInetProto),
-		verdictMap(MapNodePorts, "protocol . node port (or node-port block) -> Service", true, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapNodePorts, "protocol . node port -> Service", false, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapNodePortRanges, "protocol . node-port block -> Service", true, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapNoEndpointServices, "Services without endpoints: reject", true, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapNoEndpointAllPorts, "all-ports Services without endpoints: reject", false, addr, nft.TypeInetProto),
 		verdictMap(MapNoEndpointNodePorts, "node ports of Services without endpoints: reject", true, nft.TypeInetProto, nft.TypeInetService),
@@ -231,6 +232,7 @@ func (b *Builder) servicesRules() []nft.Rule {
 		rule("Service port ranges", vmap(MapServiceRanges, addrProtoPort())),
 		rule("all-ports Services", vmap(MapServiceAllPorts, addrProto())),
 		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
+		rule("node-port blocks", daddrIn(SetNodePortIPs), vmap(MapNodePortRanges, protoPort())),
 	)
 	return rs
 }

@@ -335,20 +335,20 @@ func (b *Builder) dispatch(f *fragment.Fragment, p *portPlan) {
 		}
 	}
 	if b.nodePorts(sp) {
-		npMap, v := MapNoEndpointNodePorts, reject
-		if p.ext {
-			npMap, v = MapNodePorts, goToV(b.external(f, p, p.nodePortKind(), nodePortKey(p)))
-		}
 		end := sp.NodePortEnd
 		if end < sp.NodePort {
 			end = sp.NodePort
 		}
-		f.Elements = append(f.Elements, nft.Element{
-			Set:     npMap,
-			Key:     []nft.Value{nft.Proto(p.proto), nft.Port(sp.NodePort)},
-			KeyEnd:  []nft.Value{nft.Proto(p.proto), nft.Port(end)},
-			Verdict: v, Comment: comment(p.name, ""),
-		})
+		key, keyEnd := []nft.Value{nft.Proto(p.proto), nft.Port(sp.NodePort)}, []nft.Value{nft.Proto(p.proto), nft.Port(end)}
+		npMap, v := MapNoEndpointNodePorts, reject
+		switch {
+		case !p.ext:
+		case end > sp.NodePort:
+			npMap, v = MapNodePortRanges, goToV(b.external(f, p, p.nodePortKind(), nodePortKey(p)))
+		default: // a single node port: the hash map
+			npMap, v, keyEnd = MapNodePorts, goToV(b.external(f, p, p.nodePortKind(), nodePortKey(p))), nil
+		}
+		f.Elements = append(f.Elements, nft.Element{Set: npMap, Key: key, KeyEnd: keyEnd, Verdict: v, Comment: comment(p.name, "")})
 	}
 }
 

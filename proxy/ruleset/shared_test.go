@@ -389,3 +389,30 @@ func TestEndpointMapShards(t *testing.T) {
 		}
 	}
 }
+
+// TestNodePortsHashAndBlocksInterval: single node ports are in a hash map and node-port blocks
+// in an interval map of their own, as Service ports and ranges are: the kernel's interval map
+// (pipapo) costs time quadratic in the elements one transaction adds (bench/README.md, section
+// B), and its lookup grows with them.
+func TestNodePortsHashAndBlocksInterval(t *testing.T) {
+	rs := goldenRuleset(t, goldenCases()[0])
+	for _, s := range rs.Sets {
+		if want := s.Name == MapNodePortRanges; (s.Name == MapNodePorts || s.Name == MapNodePortRanges) && s.Interval != want {
+			t.Errorf("map %s: interval %v, want %v", s.Name, s.Interval, want)
+		}
+	}
+	singles, blocks := rs.Elements[MapNodePorts], rs.Elements[MapNodePortRanges]
+	if len(singles) == 0 || len(blocks) == 0 {
+		t.Fatalf("golden cluster: %d single node ports, %d blocks; want both", len(singles), len(blocks))
+	}
+	for _, e := range singles {
+		if e.KeyEnd != nil && !slices.Equal(e.KeyEnd, e.Key) {
+			t.Errorf("%s holds a block %v-%v", MapNodePorts, e.Key, e.KeyEnd)
+		}
+	}
+	for _, e := range blocks {
+		if len(e.KeyEnd) != 2 || e.KeyEnd[1].Num <= e.Key[1].Num {
+			t.Errorf("%s holds a single port %v-%v", MapNodePortRanges, e.Key, e.KeyEnd)
+		}
+	}
+}

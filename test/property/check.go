@@ -298,7 +298,7 @@ func checkNodeSafety(rs *nft.Ruleset, nodeIPs []netip.Addr) []Failure {
 				if p, ok := covers(lo, hi); ok {
 					out = append(out, Failure{owner, fmt.Sprintf("%s holds %s on node address %s ports %d-%d: reserved port %d is taken", set, e.Comment, e.Key[0].Addr, lo, hi, p)})
 				}
-			case ruleset.MapNodePorts, ruleset.MapNoEndpointNodePorts:
+			case ruleset.MapNodePorts, ruleset.MapNodePortRanges, ruleset.MapNoEndpointNodePorts:
 				if len(e.Key) < 2 {
 					continue
 				}
