@@ -446,7 +446,7 @@ func (k *Kernel) DumpSetElements(ctx context.Context, t Table, set string) ([]El
 			return nil, fmt.Errorf("dump set %s of table %s: %w", set, t, unix.ENOENT)
 		}
 	}
-	els, err := k.dumpElements(ctx, k.conn, t, &s, nil)
+	els, err := k.dumpElements(ctx, k.conn, t, &s, map[string]string{})
 	if err != nil {
 		return nil, fmt.Errorf("dump set %s of table %s: %w", set, t, err)
 	}

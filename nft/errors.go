@@ -45,5 +45,13 @@ func IsExists(err error) bool { return errors.Is(err, syscall.EEXIST) }
 // still looked up by a rule).
 func IsBusy(err error) bool { return errors.Is(err, syscall.EBUSY) }
 
+// ErrBatchTooLarge is the cause of an Apply whose batch cannot be one netlink write: larger
+// than the socket's send buffer may grow (1 GiB, or net.core.wmem_max without CAP_NET_ADMIN).
+// Nothing was sent; only a smaller transaction can succeed.
+var ErrBatchTooLarge = errors.New("batch does not fit one netlink write")
+
+// IsBatchTooLarge reports whether err says a transaction was too large to send as one batch.
+func IsBatchTooLarge(err error) bool { return errors.Is(err, ErrBatchTooLarge) }
+
 // IsInvalid reports whether err says an operation was malformed (wrong key length, bad type).
 func IsInvalid(err error) bool { return errors.Is(err, syscall.EINVAL) }

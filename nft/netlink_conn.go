@@ -112,10 +112,15 @@ func (c *nlConn) growSnd(n int) error {
 		return err
 	}
 	c.sndBuf = got
-	if got < n {
-		return fmt.Errorf("batch of %d bytes does not fit the netlink send buffer (%d bytes granted): run with CAP_NET_ADMIN or raise net.core.wmem_max", n, got)
+	switch {
+	case got-32 >= n: // netlink refuses a datagram longer than the send buffer less 32 bytes (EMSGSIZE)
+		return nil
+	case need > nlMaxBuf:
+		return fmt.Errorf("%w: %d bytes, over the %d a netlink socket's send buffer may take (%d granted): send fewer changes at once",
+			ErrBatchTooLarge, n, nlMaxBuf, got)
 	}
-	return nil
+	return fmt.Errorf("%w: %d bytes, over the %d bytes of send buffer granted: run with CAP_NET_ADMIN or raise net.core.wmem_max",
+		ErrBatchTooLarge, n, got)
 }
 
 // nextSeq reserves n sequence numbers and returns the first.

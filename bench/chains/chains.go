@@ -31,7 +31,7 @@ import (
 
 // sharedChain matches the names of nftproxy's chains shared by every port with the same
 // endpoint counts (proxy/ruleset/shared.go).
-var sharedChain = regexp.MustCompile(`^((masq-)?pick-(local-)?(nodeport-)?[0-9]+|local-(nodeport-)?[0-9]+-of-[0-9]+)$`)
+var sharedChain = regexp.MustCompile(`^((masq-)?pick-(local-)?(nodeport-)?[0-9]+|local-(nodeport-)?[0-9]+-of-[0-9]+)-s[0-9]+$`)
 
 type transform struct {
 	rs    *nft.Ruleset

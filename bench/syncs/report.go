@@ -126,6 +126,9 @@ func Markdown(w io.Writer, res Results) {
 				cell(ss, func(s Sample) time.Duration { return s.Sys }),
 				int(medianDur(ops)), fmtBytes(int(medianDur(bytes))))
 		}
+		for _, s := range res[shape][ChainSkipped] {
+			fmt.Fprintf(w, "| %s | %s | | | | | | | | |\n", ChainSkipped, s.Skipped)
+		}
 	}
 }
 

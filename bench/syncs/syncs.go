@@ -39,6 +39,9 @@ const (
 	ChainOneEndpoint Phase = "per-endpoint chains: 1 endpoint changed"
 	ChainEndpointsX  Phase = "per-endpoint chains: 100 endpoints changed"
 	ChainNewService  Phase = "per-endpoint chains: 1 new Service"
+	// ChainSkipped holds, instead of the per-endpoint-chain phases, one Sample whose Skipped
+	// says why that comparison was not measured at a shape (see chainSkip).
+	ChainSkipped Phase = "per-endpoint chains"
 )
 
 // Phases lists the phases in table order.
@@ -68,6 +71,8 @@ type Sample struct {
 	ChildUser, ChildSys time.Duration
 	Ops                 int
 	Bytes               int
+	// Skipped is why the phase was not measured (ChainSkipped only).
+	Skipped string `json:",omitempty"`
 }
 
 // Config is one campaign.
@@ -84,7 +89,12 @@ type Config struct {
 	Seed   int64
 	// NoChains skips the per-endpoint-chain layout.
 	NoChains bool
-	Log      io.Writer // one line per sample, when set
+	// NoText skips the `nft -f` comparison.
+	NoText bool
+	// EndpointShards is the ruleset's number of endpoint-map shards (0: its default), to
+	// compare layouts.
+	EndpointShards int
+	Log            io.Writer // one line per sample, when set
 }
 
 // runs is the number of runs for a shape: RunsAt for a size of Sizes, ShapeRuns for one of Shapes.
@@ -187,20 +197,44 @@ func (t *timed) sync(ctx context.Context, p *proxier.Proxier) (Sample, error) {
 }
 
 // NewBuilder is the builder the benchmarks use (IPv4, default marks).
-func NewBuilder() (*ruleset.Builder, error) {
-	return ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000})
+func NewBuilder() (*ruleset.Builder, error) { return newBuilder(0) }
+
+// newBuilder is NewBuilder with the endpoint maps split into shards maps (0: the default).
+func newBuilder(shards int) (*ruleset.Builder, error) {
+	return ruleset.NewBuilder(ruleset.Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000, EndpointShards: shards})
 }
 
 // Run measures every size Runs times. Each run uses fresh namespaces and the same workload (same
 // seed); the changes of run r come from seed+r.
 func Run(ctx context.Context, cfg Config) (Results, error) {
 	out := Results{}
+	var tooLarge []Shape // shapes where the per-endpoint-chain layout's batch did not fit
 	for _, shape := range cfg.AllShapes() {
 		out[shape] = map[Phase][]Sample{}
 		for r := 0; r < cfg.runs(shape); r++ {
-			samples, err := runOnce(ctx, cfg, shape, cfg.Seed+int64(r))
+			c := cfg
+			if len(out[shape][ChainSkipped]) > 0 {
+				c.NoChains = true // skipped at this shape already
+			} else if why := skipBefore(shape, tooLarge); why != "" {
+				c.NoChains = true
+				out[shape][ChainSkipped] = []Sample{{Skipped: why}}
+			}
+			samples, chainErr, err := runOnce(ctx, c, shape, cfg.Seed+int64(r))
 			if err != nil {
 				return out, fmt.Errorf("%d services × %d endpoints, run %d: %w", shape.Services, shape.Endpoints, r, err)
+			}
+			if chainErr != nil {
+				why, large := chainSkip(chainErr)
+				if large {
+					tooLarge = append(tooLarge, shape)
+				}
+				out[shape][ChainSkipped] = []Sample{{Skipped: why}}
+				for _, ph := range ChainPhases { // a run without them would make the medians lie
+					delete(out[shape], ph)
+				}
+				if cfg.Log != nil {
+					fmt.Fprintf(cfg.Log, "shape=%s run=%d per-endpoint chains skipped: %s\n", shape, r, why)
+				}
 			}
 			for _, ph := range Phases {
 				if _, ok := samples[ph]; !ok {
@@ -218,23 +252,50 @@ func Run(ctx context.Context, cfg Config) (Results, error) {
 	return out, nil
 }
 
-func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (map[Phase]Sample, error) {
+// chainSkip is the decision for a per-endpoint-chain comparison that failed with err at a
+// shape: the comparison is skipped there, with the reason returned for the report, and the
+// campaign goes on (it is a layout we compare against, not nftproxy). large says the reason is
+// its size (a full sync that cannot be one netlink batch): larger shapes then skip it without
+// building it (skipBefore).
+func chainSkip(err error) (reason string, large bool) {
+	if nft.IsBatchTooLarge(err) {
+		return fmt.Sprintf("not measured: its full sync cannot be one netlink batch (%v)", err), true
+	}
+	return fmt.Sprintf("not measured: it failed (%v)", err), false
+}
+
+// skipBefore is the reason to skip the per-endpoint-chain comparison at shape s without trying
+// it, "" to try: its batch did not fit at a shape with no more endpoints in all.
+func skipBefore(s Shape, tooLarge []Shape) string {
+	for _, t := range tooLarge {
+		if s.Services*s.Endpoints >= t.Services*t.Endpoints {
+			return fmt.Sprintf("not measured: its full sync did not fit one netlink batch at %d Services × %d endpoints already", t.Services, t.Endpoints)
+		}
+	}
+	return ""
+}
+
+// runOnce measures one run of shape. An error of the per-endpoint-chain comparison is returned
+// apart (chainErr), with every other phase measured.
+func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (got map[Phase]Sample, chainErr, err error) {
 	spec := workload.DefaultSpec(shape.Services, shape.Endpoints, cfg.Seed)
 	w := workload.Generate(spec)
-	b, err := NewBuilder()
+	b, err := newBuilder(cfg.EndpointShards)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	got := map[Phase]Sample{}
+	got = map[Phase]Sample{}
 
 	// nft -f first, in its own namespace, from the untouched workload.
-	if got[NftText], err = loadText(b, w); err != nil {
-		return nil, err
+	if !cfg.NoText {
+		if got[NftText], err = loadText(b, w); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	ns, err := netns.Create("nftp-sync")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer ns.Close()
 	src := workload.NewSource(w.Node, w.Services)
@@ -248,19 +309,19 @@ func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (map
 	}
 	p1, t1, close1, err := newProxier()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer close1()
 	if got[Full], err = t1.sync(ctx, p1); err != nil {
-		return nil, fmt.Errorf("full sync: %w", err)
+		return nil, nil, fmt.Errorf("full sync: %w", err)
 	}
 	p2, t2, close2, err := newProxier()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer close2()
 	if got[Restart], err = t2.sync(ctx, p2); err != nil {
-		return nil, fmt.Errorf("restart sync: %w", err)
+		return nil, nil, fmt.Errorf("restart sync: %w", err)
 	}
 	// Churn is drawn from its own seed so runs differ in which Services change.
 	w.Reseed(churnSeed)
@@ -277,15 +338,18 @@ func runOnce(ctx context.Context, cfg Config, shape Shape, churnSeed int64) (map
 		st.change()
 		versions = append(versions, append([]*model.Service(nil), w.Services...))
 		if got[st.ph], err = t2.sync(ctx, p2); err != nil {
-			return nil, fmt.Errorf("%s: %w", st.ph, err)
+			return nil, nil, fmt.Errorf("%s: %w", st.ph, err)
 		}
 	}
 	if !cfg.NoChains {
 		if err := chainLayout(ctx, b, w.Node, versions, got); err != nil {
-			return nil, fmt.Errorf("per-endpoint chains: %w", err)
+			for _, ph := range ChainPhases {
+				delete(got, ph)
+			}
+			return got, err, nil
 		}
 	}
-	return got, nil
+	return got, nil, nil
 }
 
 // chainLayout applies the same workload, version after version, in the per-endpoint-chain layout

@@ -2,9 +2,13 @@ package syncs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/nftproxy/nftproxy/nft"
 	"github.com/nftproxy/nftproxy/test/netns"
 )
 
@@ -30,6 +34,9 @@ func TestQuick(t *testing.T) {
 		if got := r[ph][0].Ops; got == 0 || got >= full.Ops {
 			t.Errorf("%s: %d ops, want more than 0 and fewer than the full sync's %d", ph, got, full.Ops)
 		}
+	}
+	if sk := r[ChainSkipped]; len(sk) > 0 {
+		t.Fatalf("per-endpoint chains at 200 Services: %s", sk[0].Skipped)
 	}
 	chainFull := r[ChainFull][0]
 	if chainFull.Ops <= full.Ops {
@@ -73,4 +80,64 @@ func sizeName(n int) string {
 		return strconv.Itoa(n/1000) + "k"
 	}
 	return strconv.Itoa(n)
+}
+
+// TestChainSkip: a per-endpoint-chain comparison that cannot run at a size is skipped there with
+// its reason, and at every larger size without being built; a smaller shape still runs it.
+func TestChainSkip(t *testing.T) {
+	big := fmt.Errorf("per-endpoint chains: full sync: apply transaction (4875043 ops): %w: 1147567492 bytes", nft.ErrBatchTooLarge)
+	why, large := chainSkip(big)
+	if !large || !strings.Contains(why, "one netlink batch") || !strings.Contains(why, "1147567492") {
+		t.Errorf("batch too large: reason %q, large %v; want the size named and large", why, large)
+	}
+	why, large = chainSkip(errors.New("op 3 add rule: EINVAL"))
+	if large || !strings.Contains(why, "EINVAL") {
+		t.Errorf("another failure: reason %q, large %v; want it named, not large", why, large)
+	}
+	at := []Shape{{Services: 100000, Endpoints: 10}}
+	for _, c := range []struct {
+		s    Shape
+		skip bool
+	}{
+		{Shape{Services: 100000, Endpoints: 10}, true},
+		{Shape{Services: 200000, Endpoints: 10}, true},
+		{Shape{Services: 50000, Endpoints: 50}, true},
+		{Shape{Services: 50000, Endpoints: 10}, false},
+		{Shape{Services: 5000, Endpoints: 50}, false},
+	} {
+		if got := skipBefore(c.s, at); (got != "") != c.skip || c.skip && !strings.Contains(got, "100000 Services × 10") {
+			t.Errorf("%s after 100000x10 did not fit: %q, want skipped %v", c.s, got, c.skip)
+		}
+	}
+	if got := skipBefore(Shape{Services: 100000, Endpoints: 10}, nil); got != "" {
+		t.Errorf("nothing skipped before: %q", got)
+	}
+	var b strings.Builder
+	Markdown(&b, Results{Shape{Services: 100000, Endpoints: 10}: {Full: {{Total: 1}}, ChainSkipped: {{Skipped: why}}}})
+	if !strings.Contains(b.String(), "| "+string(ChainSkipped)+" | "+why) {
+		t.Errorf("report without the reason %q:\n%s", why, b.String())
+	}
+}
+
+// TestServiceOps: adding a Service costs a few ops whatever the size of the cluster, more for
+// more endpoints and frontends, and every shape costs something.
+func TestServiceOps(t *testing.T) {
+	rows, full, err := ServiceOps(context.Background(), 300, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full <= 0 {
+		t.Errorf("full sync: %.1f ops per Service", full)
+	}
+	got := map[string]float64{}
+	for _, r := range rows {
+		got[r.Shape.Name] = r.Add
+		if r.Add <= 0 || r.First <= 0 {
+			t.Errorf("%s: %.1f ops per Service, %d the first: want some", r.Shape.Name, r.Add, r.First)
+		}
+	}
+	one, ten, np, lb := got[ServiceShapes[0].Name], got[ServiceShapes[1].Name], got[ServiceShapes[2].Name], got[ServiceShapes[3].Name]
+	if !(one < ten && ten < np && np < lb) {
+		t.Errorf("ops per Service: 1 endpoint %.1f, 10 endpoints %.1f, NodePort %.1f, LoadBalancer %.1f; want each more than the one before", one, ten, np, lb)
+	}
 }

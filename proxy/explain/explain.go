@@ -249,7 +249,7 @@ func frontend(rs *nft.Ruleset, m string, daddr netip.Addr) string {
 		return addrKind + ", port range"
 	case ruleset.MapServiceAllPorts, ruleset.MapNoEndpointAllPorts:
 		return addrKind + ", all-ports"
-	case ruleset.MapNodePorts, ruleset.MapNoEndpointNodePorts:
+	case ruleset.MapNodePorts, ruleset.MapNodePortRanges, ruleset.MapNoEndpointNodePorts:
 		return "node port"
 	}
 	return m

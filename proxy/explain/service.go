@@ -16,7 +16,7 @@ import (
 // dispatchMaps are the maps whose elements are a Service port's frontends, each commented with
 // the port's name: where explain finds a Service in the kernel.
 var dispatchMaps = []string{
-	ruleset.MapServiceIPs, ruleset.MapServiceRanges, ruleset.MapServiceAllPorts, ruleset.MapNodePorts,
+	ruleset.MapServiceIPs, ruleset.MapServiceRanges, ruleset.MapServiceAllPorts, ruleset.MapNodePorts, ruleset.MapNodePortRanges,
 	ruleset.MapNoEndpointServices, ruleset.MapNoEndpointAllPorts, ruleset.MapNoEndpointNodePorts,
 }
 
@@ -54,7 +54,7 @@ func (n *Node) Service(key string, src netip.Addr) ServiceAnswer {
 				}
 				dst, proto, port, ok := frontendOf(rs, m, e)
 				if !ok {
-					if (m == ruleset.MapNodePorts || m == ruleset.MapNoEndpointNodePorts) && len(e.Key) == 2 {
+					if (m == ruleset.MapNodePorts || m == ruleset.MapNodePortRanges || m == ruleset.MapNoEndpointNodePorts) && len(e.Key) == 2 {
 						out.Notes = append(out.Notes, fmt.Sprintf("node port %s/%d (%s): no %s node address accepts node ports (no Node object, or --nodeport-addresses matches none of its addresses)",
 							trace.ProtoName(uint8(e.Key[0].Num)), e.Key[1].Num, rs.Table.Family, rs.Table.Family))
 					}
@@ -81,7 +81,7 @@ func (n *Node) Service(key string, src netip.Addr) ServiceAnswer {
 // element's: port 80, standing for every port).
 func frontendOf(rs *nft.Ruleset, m string, e nft.Element) (netip.Addr, uint8, uint16, bool) {
 	switch m {
-	case ruleset.MapNodePorts, ruleset.MapNoEndpointNodePorts:
+	case ruleset.MapNodePorts, ruleset.MapNodePortRanges, ruleset.MapNoEndpointNodePorts:
 		if len(e.Key) != 2 {
 			return netip.Addr{}, 0, 0, false
 		}

@@ -138,12 +138,17 @@ func dispatchOf(rs *nft.Ruleset, pn model.PortName) *nft.Element {
 	return nil
 }
 
-// slotsOf are the elements of the shared endpoint map under the dispatch element's key.
+// slotsOf are the elements of the shared endpoint maps under the dispatch element's key.
 func slotsOf(rs *nft.Ruleset, d *nft.Element) []nft.Element {
 	var out []nft.Element
-	for _, e := range rs.Elements[ruleset.MapEndpoints] {
-		if len(e.Key) == len(d.Key)+1 && slices.Equal(e.Key[:len(d.Key)], d.Key) {
-			out = append(out, e)
+	for m, els := range rs.Elements {
+		if !ruleset.IsEndpointMap(m, ruleset.MapEndpoints) {
+			continue
+		}
+		for _, e := range els {
+			if len(e.Key) == len(d.Key)+1 && slices.Equal(e.Key[:len(d.Key)], d.Key) {
+				out = append(out, e)
+			}
 		}
 	}
 	return out

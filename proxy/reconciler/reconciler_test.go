@@ -63,7 +63,10 @@ func newHarness(t *testing.T, kernel nft.Interface) *harness {
 	var tables []nft.Table
 	for _, fam := range []nft.Family{nft.IPv4, nft.IPv6} {
 		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam, MasqueradeMark: 0x4000, DropMark: 0x8000,
-			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17"), netip.MustParsePrefix("fd00:128::/64")}})
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/17"), netip.MustParsePrefix("fd00:128::/64")},
+			// One endpoint-map shard: Services share their pick chains whatever their names, as
+			// the tests of chains shared and deleted later need.
+			EndpointShards: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +257,7 @@ func TestRemovedChainsAreDeletedLater(t *testing.T) {
 		h.commit(false)
 		h.remove(model.ServiceKey{Namespace: "default", Name: "svc-1"})
 		h.commit(false)
-		chain := "pick-2" // the shared chain of 2 slots; ruleset's TestSharedChainNames pins the name
+		chain := "pick-2-s0" // the shared chain of 2 slots; ruleset's TestSharedChainNames pins the name
 		if !hasChain(t, fake, chain) {
 			t.Fatalf("chain %s deleted in the same transaction that removed its references; want it flushed and deleted later", chain)
 		}

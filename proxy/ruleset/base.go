@@ -91,14 +91,19 @@ func (b *Builder) Base(node *model.Node) fragment.Fragment {
 		verdictMap(MapServiceIPs, "ClusterIP, LoadBalancer IP or external IP . protocol . port -> Service", false, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapServiceRanges, "Service address . protocol . port range -> Service", true, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapServiceAllPorts, "all-ports Service address . protocol -> Service", false, addr, nft.TypeInetProto),
-		verdictMap(MapNodePorts, "protocol . node port (or node-port block) -> Service", true, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapNodePorts, "protocol . node port -> Service", false, nft.TypeInetProto, nft.TypeInetService),
+		verdictMap(MapNodePortRanges, "protocol . node-port block -> Service", true, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapNoEndpointServices, "Services without endpoints: reject", true, addr, nft.TypeInetProto, nft.TypeInetService),
 		verdictMap(MapNoEndpointAllPorts, "all-ports Services without endpoints: reject", false, addr, nft.TypeInetProto),
 		verdictMap(MapNoEndpointNodePorts, "node ports of Services without endpoints: reject", true, nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapEndpoints, "address . protocol . port . slot -> endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapLocalEndpoints, "address . protocol . port . slot -> local endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapNodePortEndpoints, "protocol . node port . slot -> endpoint", nft.TypeInetProto, nft.TypeInetService),
-		endpointMap(MapLocalNodePortEndpoints, "protocol . node port . slot -> local endpoint", nft.TypeInetProto, nft.TypeInetService),
+	}
+	// Each endpoint map is split into shards (shared.go, endpointShard).
+	for s := 0; s < c.endpointShards(); s++ {
+		f.Sets = append(f.Sets,
+			endpointMap(EndpointMap(MapEndpoints, s), "address . protocol . port . slot -> endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
+			endpointMap(EndpointMap(MapLocalEndpoints, s), "address . protocol . port . slot -> local endpoint", addr, nft.TypeInetProto, nft.TypeInetService),
+			endpointMap(EndpointMap(MapNodePortEndpoints, s), "protocol . node port . slot -> endpoint", nft.TypeInetProto, nft.TypeInetService),
+			endpointMap(EndpointMap(MapLocalNodePortEndpoints, s), "protocol . node port . slot -> local endpoint", nft.TypeInetProto, nft.TypeInetService))
 	}
 	if c.Family == nft.IPv4 {
 		// Dynamic: the packet path owns their elements (the reconciler never diffs them). No
@@ -227,6 +232,7 @@ func (b *Builder) servicesRules() []nft.Rule {
 		rule("Service port ranges", vmap(MapServiceRanges, addrProtoPort())),
 		rule("all-ports Services", vmap(MapServiceAllPorts, addrProto())),
 		rule("node ports", daddrIn(SetNodePortIPs), vmap(MapNodePorts, protoPort())),
+		rule("node-port blocks", daddrIn(SetNodePortIPs), vmap(MapNodePortRanges, protoPort())),
 	)
 	return rs
 }

@@ -32,6 +32,23 @@ type Config struct {
 	// client . frontend entries each; 0 means DefaultAffinityMapSize. A full map costs only
 	// stickiness: new clients are still spread, unrecorded.
 	AffinityMapSize uint32
+	// EndpointShards is how many maps each endpoint map is split into (README.md, "Endpoint map
+	// shards"); 0 means DefaultEndpointShards. Tests set 1 to put every Service in one shard.
+	EndpointShards int
+}
+
+// DefaultEndpointShards is the default number of shards of each endpoint map
+// (bench/README.md, section B, has the measurements that chose it).
+const DefaultEndpointShards = 64
+
+// MaxEndpointShards bounds EndpointShards: each shard is four named sets in each table.
+const MaxEndpointShards = 256
+
+func (c *Config) endpointShards() int {
+	if c.EndpointShards == 0 {
+		return DefaultEndpointShards
+	}
+	return c.EndpointShards
 }
 
 // DefaultAffinityMapSize is the default bound of each shared affinity map: 262,144 client .
@@ -67,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MasqueradeMark == c.DropMark {
 		return fmt.Errorf("ruleset config: masquerade and drop marks are both %#x: give them different bits", c.DropMark)
+	}
+	if c.EndpointShards < 0 || c.EndpointShards > MaxEndpointShards {
+		return fmt.Errorf("ruleset config: endpoint shards %d: use 1 to %d (0: %d)", c.EndpointShards, MaxEndpointShards, DefaultEndpointShards)
 	}
 	return nil
 }

@@ -174,6 +174,9 @@ func goldenRuleset(t *testing.T, c goldenCase) *nft.Ruleset {
 		cfg.Family, cfg.MasqueradeAll, cfg.NodeName = c.family, c.masqueradeAll, thisNode
 		cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, netip.MustParsePrefix("fd00:128::/64"))
 		cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, netip.MustParsePrefix("fd00:19::/112"))
+		// 4 endpoint-map shards, not DefaultEndpointShards: the same layout, 16 empty-ish maps
+		// to read instead of 256.
+		cfg.EndpointShards = 4
 	})
 	return b.Ruleset(goldenNode(), goldenServices())
 }

@@ -79,8 +79,12 @@ const (
 	MapServiceRanges = "service-ranges"
 	// MapServiceAllPorts: address . protocol -> service chain (all-ports Services).
 	MapServiceAllPorts = "service-allports"
-	// MapNodePorts: protocol . node port (or node-port block) -> external chain (interval).
+	// MapNodePorts: protocol . node port -> external chain (single node ports, hash).
 	MapNodePorts = "service-nodeports"
+	// MapNodePortRanges: protocol . node-port block -> external chain (interval). Apart from
+	// the single node ports: the kernel's interval map (pipapo) costs time quadratic in the
+	// elements added in one transaction, and its lookup grows with its elements.
+	MapNodePortRanges = "service-nodeport-ranges"
 	// MapNoEndpointServices: address . protocol . port(-range) -> reject, Services without endpoints.
 	MapNoEndpointServices = "no-endpoint-services"
 	// MapNoEndpointAllPorts: address . protocol -> reject, all-ports Services without endpoints.

@@ -142,14 +142,16 @@ func TestCommentCutsOnCharacterBoundaryKeepingTheEnding(t *testing.T) {
 // is upper-case base32.
 func TestSharedChainNames(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
-		{addressFrontend.pickChain(false, 3), "pick-3"},
-		{addressFrontend.pickChain(true, 1), "pick-local-1"},
-		{nodePortFrontend.pickChain(false, 3), "pick-nodeport-3"},
-		{nodePortFrontend.pickChain(true, 2), "pick-local-nodeport-2"},
-		{addressFrontend.masqPickChain(3), "masq-pick-3"},
-		{nodePortFrontend.masqPickChain(3), "masq-pick-nodeport-3"},
-		{addressFrontend.localOfChain(0, 2), "local-0-of-2"},
-		{nodePortFrontend.localOfChain(1, 3), "local-nodeport-1-of-3"},
+		{frontendKind{}.pickChain(false, 3), "pick-3-s0"},
+		{frontendKind{shard: 7}.pickChain(true, 1), "pick-local-1-s7"},
+		{frontendKind{nodePort: true, shard: 15}.pickChain(false, 3), "pick-nodeport-3-s15"},
+		{frontendKind{nodePort: true, shard: 2}.pickChain(true, 2), "pick-local-nodeport-2-s2"},
+		{frontendKind{shard: 3}.masqPickChain(3), "masq-pick-3-s3"},
+		{frontendKind{nodePort: true, shard: 3}.masqPickChain(3), "masq-pick-nodeport-3-s3"},
+		{frontendKind{shard: 1}.localOfChain(0, 2), "local-0-of-2-s1"},
+		{frontendKind{nodePort: true, shard: 1}.localOfChain(1, 3), "local-nodeport-1-of-3-s1"},
+		{frontendKind{shard: 4}.endpointMap(false), "endpoints-s4"},
+		{frontendKind{nodePort: true, shard: 4}.endpointMap(true), "local-nodeport-endpoints-s4"},
 	} {
 		if c.got != c.want {
 			t.Errorf("shared chain %q, want %q", c.got, c.want)

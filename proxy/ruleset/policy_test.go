@@ -209,7 +209,7 @@ func TestSessionAffinity(t *testing.T) {
 			t.Errorf("chain %s: a sticky single port of an ip table has no chain of its own", c.Name)
 		}
 	}
-	for _, want := range []string{ChainAffinityHit, "affinity-pick-3", AffinityRecordChain("tcp", 3*time.Second)} {
+	for _, want := range []string{ChainAffinityHit, stickyName(frontendKind{shard: endpointShard(svc.Key, DefaultEndpointShards)}.pickChain(false, 3), true), AffinityRecordChain("tcp", 3*time.Second)} {
 		if !slices.ContainsFunc(rs.Chains, func(c nft.Chain) bool { return c.Name == want }) {
 			t.Errorf("no chain %s", want)
 		}

@@ -131,6 +131,7 @@ type portPlan struct {
 	// shared: the port has no chain of its own (single port; with ClientIP affinity only in
 	// ip tables); its frontends hold slots in the shared endpoint maps (shared.go).
 	shared         bool
+	shard          int  // shared mode: the endpoint-map shard of the Service (endpointShard)
 	cluster, local bool // own-chains mode: the svc- and local- chains exist
 	ext            bool // external frontends have somewhere to go (own-chains mode: the ext- chain)
 	fw             bool // the fw- chain exists
@@ -146,6 +147,7 @@ func (b *Builder) planPort(node *model.Node, sp *model.ServicePort) (*portPlan, 
 	// ClientIP affinity is shared too in ip tables; ip6 keeps a map per sticky port (README.md,
 	// "sessionAffinity ClientIP").
 	p.shared = !p.keepPort && (sp.AffinityTimeout == 0 || b.cfg.Family == nft.IPv4)
+	p.shard = endpointShard(sp.Name.Service, b.cfg.endpointShards())
 	p.cips = b.cfg.ofFamily(sp.ClusterIPs)
 	if len(p.cips) == 0 {
 		// Not a Service of this family: its node ports and external addresses belong to the
@@ -218,7 +220,7 @@ func (b *Builder) servicePort(f *fragment.Fragment, node *model.Node, sp *model.
 		b.sticky(f, p)
 	}
 	if p.fw {
-		b.firewall(f, node, p, b.externalTarget(f, p, addressFrontend))
+		b.firewall(f, node, p, b.externalTarget(f, p, p.addressKind()))
 	}
 	b.hairpin(f, p)
 }
@@ -325,28 +327,28 @@ func (b *Builder) dispatch(f *fragment.Fragment, p *portPlan) {
 			case !p.ext:
 				add(a, reject, false)
 			case lb && p.fw:
-				b.external(f, p, addressFrontend, addressKey(a, p))
+				b.external(f, p, p.addressKind(), addressKey(a, p))
 				add(a, goToV(FirewallChain(sp.Name)), true)
 			default:
-				add(a, goToV(b.external(f, p, addressFrontend, addressKey(a, p))), true)
+				add(a, goToV(b.external(f, p, p.addressKind(), addressKey(a, p))), true)
 			}
 		}
 	}
 	if b.nodePorts(sp) {
-		npMap, v := MapNoEndpointNodePorts, reject
-		if p.ext {
-			npMap, v = MapNodePorts, goToV(b.external(f, p, nodePortFrontend, nodePortKey(p)))
-		}
 		end := sp.NodePortEnd
 		if end < sp.NodePort {
 			end = sp.NodePort
 		}
-		f.Elements = append(f.Elements, nft.Element{
-			Set:     npMap,
-			Key:     []nft.Value{nft.Proto(p.proto), nft.Port(sp.NodePort)},
-			KeyEnd:  []nft.Value{nft.Proto(p.proto), nft.Port(end)},
-			Verdict: v, Comment: comment(p.name, ""),
-		})
+		key, keyEnd := []nft.Value{nft.Proto(p.proto), nft.Port(sp.NodePort)}, []nft.Value{nft.Proto(p.proto), nft.Port(end)}
+		npMap, v := MapNoEndpointNodePorts, reject
+		switch {
+		case !p.ext:
+		case end > sp.NodePort:
+			npMap, v = MapNodePortRanges, goToV(b.external(f, p, p.nodePortKind(), nodePortKey(p)))
+		default: // a single node port: the hash map
+			npMap, v, keyEnd = MapNodePorts, goToV(b.external(f, p, p.nodePortKind(), nodePortKey(p))), nil
+		}
+		f.Elements = append(f.Elements, nft.Element{Set: npMap, Key: key, KeyEnd: keyEnd, Verdict: v, Comment: comment(p.name, "")})
 	}
 }
 

@@ -2,8 +2,10 @@ package ruleset
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nftproxy/nftproxy/nft"
@@ -21,13 +23,45 @@ import (
 
 // frontendKind is the class of a shared-mode port's frontends: its addresses (ClusterIP,
 // LoadBalancer IP, external IP), keyed by "address . protocol . port . slot", or its node port,
-// keyed by "protocol . port . slot" (any node address).
-type frontendKind struct{ nodePort bool }
+// keyed by "protocol . port . slot" (any node address); and the endpoint-map shard its Service
+// is in (README.md, "Endpoint map shards").
+type frontendKind struct {
+	nodePort bool
+	shard    int
+}
 
-var (
-	addressFrontend  = frontendKind{}
-	nodePortFrontend = frontendKind{nodePort: true}
-)
+// endpointShard is the endpoint-map shard of a Service among n: a hash of its namespace and
+// name, so every port and frontend of one Service is in one shard and its place never depends
+// on other Services. Each endpoint map is split so because the kernel restarts a set's dump
+// from its first element for every reply, so reading a map back costs the square of its size:
+// split n ways, the read-back of the endpoints costs about 1/n as much (and a new pick chain
+// binds, and so walks, an n-th of them). The number of named sets stays fixed (4 × n), whatever
+// the number of Services.
+func endpointShard(k model.ServiceKey, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(k.Namespace))
+	h.Write([]byte{'/'})
+	h.Write([]byte(k.Name))
+	return int(h.Sum32() % uint32(n))
+}
+
+// EndpointMap is the name of shard s of the endpoint map m (MapEndpoints, MapLocalEndpoints,
+// MapNodePortEndpoints or MapLocalNodePortEndpoints): "endpoints-s3".
+func EndpointMap(m string, s int) string { return m + "-s" + strconv.Itoa(s) }
+
+// IsEndpointMap reports whether set is a shard of the endpoint map m.
+func IsEndpointMap(set, m string) bool {
+	n, ok := strings.CutPrefix(set, m+"-s")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.ParseUint(n, 10, 16)
+	return err == nil
+}
+
+// kinds are the address and node-port frontend kinds of the port's shard.
+func (p *portPlan) addressKind() frontendKind  { return frontendKind{shard: p.shard} }
+func (p *portPlan) nodePortKind() frontendKind { return frontendKind{nodePort: true, shard: p.shard} }
 
 // infix is "" for addresses and "nodeport-" for node ports, as it appears in chain names.
 func (k frontendKind) infix() string {
@@ -40,15 +74,16 @@ func (k frontendKind) infix() string {
 // endpointMap is the shared map holding the kind's slots: the cluster-wide list, or with local
 // this node's endpoints of externalTrafficPolicy Local frontends.
 func (k frontendKind) endpointMap(local bool) string {
+	m := MapEndpoints
 	switch {
 	case k.nodePort && local:
-		return MapLocalNodePortEndpoints
+		m = MapLocalNodePortEndpoints
 	case k.nodePort:
-		return MapNodePortEndpoints
+		m = MapNodePortEndpoints
 	case local:
-		return MapLocalEndpoints
+		m = MapLocalEndpoints
 	}
-	return MapEndpoints
+	return EndpointMap(m, k.shard)
 }
 
 // key lists the packet fields before the random slot in the kind's map key.
@@ -59,20 +94,21 @@ func (k frontendKind) key() []nft.Field {
 	return nft.DNATNumgenKeyAddr
 }
 
+// pickChain: "pick-3-s7" (3 endpoints, shard 7), "pick-local-nodeport-2-s0".
 func (k frontendKind) pickChain(local bool, n int) string {
 	l := ""
 	if local {
 		l = "local-"
 	}
-	return fmt.Sprintf("pick-%s%s%d", l, k.infix(), n)
+	return fmt.Sprintf("pick-%s%s%d-s%d", l, k.infix(), n, k.shard)
 }
 
-// masqPickChain: "masq-pick-3", "masq-pick-nodeport-3".
+// masqPickChain: "masq-pick-3-s7", "masq-pick-nodeport-3-s7".
 func (k frontendKind) masqPickChain(n int) string { return "masq-" + k.pickChain(false, n) }
 
-// localOfChain: "local-1-of-3", "local-nodeport-1-of-3".
+// localOfChain: "local-1-of-3-s7", "local-nodeport-1-of-3-s7".
 func (k frontendKind) localOfChain(m, n int) string {
-	return fmt.Sprintf("local-%s%d-of-%d", k.infix(), m, n)
+	return fmt.Sprintf("local-%s%d-of-%d-s%d", k.infix(), m, n, k.shard)
 }
 
 // addChain adds a shared chain to f unless f already has it: several ports of one Service may
@@ -184,8 +220,8 @@ func (b *Builder) sharedInternal(f *fragment.Fragment, p *portPlan, a netip.Addr
 	if p.sp.InternalTrafficLocal {
 		eps = p.cat.Local
 	}
-	b.slots(f, addressFrontend, false, addressKey(a, p), eps)
-	return b.stickyPick(f, addressFrontend, false, len(eps), p.sticky())
+	b.slots(f, p.addressKind(), false, addressKey(a, p), eps)
+	return b.stickyPick(f, p.addressKind(), false, len(eps), p.sticky())
 }
 
 // sharedExternalChain adds the chains of the port's external frontends of kind k and returns

@@ -5,8 +5,10 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,9 +99,33 @@ func TestNamedSetsDoNotGrowWithServices(t *testing.T) {
 			own++
 		}
 	}
-	if shared := len(large.Chains) - own - len(small.Chains); shared > 10 {
-		t.Errorf("1000 Services: %d chains besides their own and those of 10 Services, want only a few shared ones", shared)
+	// Each shared chain exists once per endpoint-map shard in use: strip the shard suffix.
+	kinds := func(rs *nft.Ruleset) map[string]bool {
+		out := map[string]bool{}
+		for _, c := range rs.Chains {
+			out[shardSuffix.ReplaceAllString(c.Name, "")] = true
+		}
+		return out
 	}
+	if shared := len(large.Chains) - own; shared > len(kinds(small))*DefaultEndpointShards {
+		t.Errorf("1000 Services: %d chains besides their own, want at most one per kind of chain of 10 Services (%d) and shard (%d)", shared, len(kinds(small)), DefaultEndpointShards)
+	}
+	if k := len(kinds(large)) - own; k > len(kinds(small))+10 {
+		t.Errorf("1000 Services: %d kinds of chains besides their own, want only a few more than 10 Services' %d", k, len(kinds(small)))
+	}
+}
+
+// shardSuffix is the endpoint-map shard at the end of a shared chain's name.
+var shardSuffix = regexp.MustCompile(`-s[0-9]+$`)
+
+// inShardOf returns a Service name in k's namespace whose endpoint-map shard is k's: name, or
+// name with a number appended.
+func inShardOf(k model.ServiceKey, name string) string {
+	n := name
+	for i := 0; endpointShard(model.ServiceKey{Namespace: k.Namespace, Name: n}, DefaultEndpointShards) != endpointShard(k, DefaultEndpointShards); i++ {
+		n = fmt.Sprintf("%s-%d", name, i)
+	}
+	return n
 }
 
 // sharedWeb is the shared-mode Service of the endpoint-change tests: a NodePort/LoadBalancer
@@ -122,7 +148,7 @@ func TestEndpointChangeIsElementsOnly(t *testing.T) {
 	others := []*model.Service{}
 	for n := 1; n <= 4; n++ { // other Services using every count from 1 to 4
 		s := sharedWeb(n)
-		s.Key.Name = fmt.Sprintf("other%d", n)
+		s.Key.Name = inShardOf(s.Key, fmt.Sprintf("other%d", n)) // only one shard's chains are shared
 		sp := &s.Ports[0]
 		sp.Name = pn("default", s.Key.Name, "http", model.TCP)
 		sp.ClusterIPs, sp.LoadBalancerIPs, sp.ExternalIPs = addrs(fmt.Sprintf("198.19.1.%d", n)), addrs(fmt.Sprintf("198.19.101.%d", n)), nil
@@ -190,7 +216,8 @@ func objectDiff(a, b *nft.Ruleset) string {
 func TestSharedChainsAreIdenticalAndKeptOnce(t *testing.T) {
 	b := policyBuilder(t)
 	a, c := sharedWeb(2), sharedWeb(2)
-	c.Key.Name, c.Ports[0].Name = "web2", pn("default", "web2", "http", model.TCP)
+	name := inShardOf(a.Key, "web2") // only Services of one endpoint-map shard share chains
+	c.Key.Name, c.Ports[0].Name = name, pn("default", name, "http", model.TCP)
 	c.Ports[0].ClusterIPs, c.Ports[0].LoadBalancerIPs, c.Ports[0].ExternalIPs, c.Ports[0].NodePort = addrs("198.19.0.50"), nil, nil, 30090
 	fa, fc := b.Service(testNode(), a), b.Service(testNode(), c)
 	chains := map[string]fragment.ChainDef{}
@@ -223,8 +250,9 @@ func TestSharedChainsAreIdenticalAndKeptOnce(t *testing.T) {
 	for _, r := range rs.Rules {
 		rules[r.Chain]++
 	}
-	if rules[addressFrontend.pickChain(false, 2)] != 1 {
-		t.Errorf("%s has %d rules after Merge, want 1", addressFrontend.pickChain(false, 2), rules[addressFrontend.pickChain(false, 2)])
+	pick := frontendKind{shard: endpointShard(a.Key, DefaultEndpointShards)}.pickChain(false, 2)
+	if rules[pick] != 1 {
+		t.Errorf("%s has %d rules after Merge, want 1", pick, rules[pick])
 	}
 }
 
@@ -293,5 +321,98 @@ func TestSharedModeSourceRanges(t *testing.T) {
 				{"ClusterIP not filtered", tcp(outsider, webIP, 80), outcome{"accept", ep12, true}},
 			})
 		})
+	}
+}
+
+// TestEndpointMapShards: the endpoint maps are split into a fixed number of shards, declared by
+// the base layout whatever the Services, and the slots of 1000 Services spread over them, so no
+// map holds much more than its share (a dump of a set costs the square of its size in the
+// kernel); every frontend of one Service is in its Service's shard, with the chains that read it.
+func TestEndpointMapShards(t *testing.T) {
+	for _, shards := range []int{0, 1, 16} {
+		b := testBuilder(t, func(c *Config) { c.NodeName, c.EndpointShards = thisNode, shards })
+		n := shards
+		if n == 0 {
+			n = DefaultEndpointShards
+		}
+		rs := b.Ruleset(testNode(), cluster(1000))
+		maps := map[string]int{}
+		for _, s := range rs.Sets {
+			for _, m := range []string{MapEndpoints, MapLocalEndpoints, MapNodePortEndpoints, MapLocalNodePortEndpoints} {
+				if IsEndpointMap(s.Name, m) {
+					maps[m]++
+				}
+			}
+		}
+		for _, m := range []string{MapEndpoints, MapLocalEndpoints, MapNodePortEndpoints, MapLocalNodePortEndpoints} {
+			if maps[m] != n {
+				t.Errorf("%d shards: %d maps %s-sN, want %d", shards, maps[m], m, n)
+			}
+		}
+		total, largest := 0, 0
+		for s := 0; s < n; s++ {
+			k := len(rs.Elements[EndpointMap(MapEndpoints, s)])
+			total, largest = total+k, max(largest, k)
+		}
+		if total == 0 || largest > 2*total/n+10 {
+			t.Errorf("%d shards: the largest endpoint map holds %d of %d slots, want about 1/%d of them", shards, largest, total, n)
+		}
+		// Each Service's slots and pick chains are in its own shard.
+		for _, svc := range cluster(1000)[:50] {
+			f := b.Service(testNode(), svc)
+			want := "-s" + strconv.Itoa(endpointShard(svc.Key, n))
+			for _, e := range f.Elements {
+				if strings.Contains(e.Set, "endpoints") && !strings.HasSuffix(e.Set, want) {
+					t.Errorf("%d shards: %s has slots in %s, want its shard %s", shards, svc.Key, e.Set, want)
+				}
+			}
+			for _, c := range f.Chains {
+				if !strings.Contains(c.Chain.Name, "/") && !strings.HasSuffix(c.Chain.Name, want) { // a shared chain
+					t.Errorf("%d shards: %s uses shared chain %s, want its shard %s", shards, svc.Key, c.Chain.Name, want)
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		set  string
+		want bool
+	}{{"endpoints-s0", true}, {"endpoints-s63", true}, {"endpoints", false}, {"endpoints-s", false}, {"endpoints-sx", false},
+		{"local-endpoints-s1", false}, {"nodeport-endpoints-s1", false}} {
+		if got := IsEndpointMap(c.set, MapEndpoints); got != c.want {
+			t.Errorf("IsEndpointMap(%q, %q) = %v, want %v", c.set, MapEndpoints, got, c.want)
+		}
+	}
+	for _, bad := range []int{-1, MaxEndpointShards + 1} {
+		cfg := Config{Family: nft.IPv4, MasqueradeMark: 0x4000, DropMark: 0x8000, EndpointShards: bad}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "endpoint shards") {
+			t.Errorf("EndpointShards %d: Validate() = %v, want an error naming it", bad, err)
+		}
+	}
+}
+
+// TestNodePortsHashAndBlocksInterval: single node ports are in a hash map and node-port blocks
+// in an interval map of their own, as Service ports and ranges are: the kernel's interval map
+// (pipapo) costs time quadratic in the elements one transaction adds (bench/README.md, section
+// B), and its lookup grows with them.
+func TestNodePortsHashAndBlocksInterval(t *testing.T) {
+	rs := goldenRuleset(t, goldenCases()[0])
+	for _, s := range rs.Sets {
+		if want := s.Name == MapNodePortRanges; (s.Name == MapNodePorts || s.Name == MapNodePortRanges) && s.Interval != want {
+			t.Errorf("map %s: interval %v, want %v", s.Name, s.Interval, want)
+		}
+	}
+	singles, blocks := rs.Elements[MapNodePorts], rs.Elements[MapNodePortRanges]
+	if len(singles) == 0 || len(blocks) == 0 {
+		t.Fatalf("golden cluster: %d single node ports, %d blocks; want both", len(singles), len(blocks))
+	}
+	for _, e := range singles {
+		if e.KeyEnd != nil && !slices.Equal(e.KeyEnd, e.Key) {
+			t.Errorf("%s holds a block %v-%v", MapNodePorts, e.Key, e.KeyEnd)
+		}
+	}
+	for _, e := range blocks {
+		if len(e.KeyEnd) != 2 || e.KeyEnd[1].Num <= e.Key[1].Num {
+			t.Errorf("%s holds a single port %v-%v", MapNodePortRanges, e.Key, e.KeyEnd)
+		}
 	}
 }

@@ -107,10 +107,10 @@ func httpGet(ctx context.Context, ns *netns.NS, url string) (int, string, error)
 }
 
 // excerptBlocks are the parts of `nft list table ip nftproxy` worth a look: the dispatch maps
-// (one lookup per packet, whatever the number of Services), the shared endpoint map (each
-// frontend's endpoints in slots) and the chains shared by every port with N endpoints.
+// (one lookup per packet, whatever the number of Services), the shards of the endpoint maps
+// that hold elements (each frontend's endpoints in slots) and the chains shared by every port with N endpoints.
 var excerptBlocks = []string{"map service-ips ", "map service-ranges ", "map service-allports ",
-	"map service-nodeports ", "map endpoints ", "map nodeport-endpoints ", "chain services ", "chain pick-", "chain masq-pick-"}
+	"map service-nodeports ", "map endpoints-s", "map nodeport-endpoints-s", "chain services ", "chain pick-", "chain masq-pick-"}
 
 // printRuleset prints the excerpt.
 func (d *demo) printRuleset() {
@@ -123,7 +123,7 @@ func (d *demo) printRuleset() {
 	for _, block := range tableBlocks(table) {
 		head := strings.TrimSpace(block[0]) + " "
 		for _, want := range excerptBlocks {
-			if strings.HasPrefix(head, want) {
+			if strings.HasPrefix(head, want) && (!strings.HasPrefix(want, "map ") || strings.Contains(strings.Join(block, "\n"), "elements = ")) {
 				for _, line := range block {
 					fmt.Fprintln(d.out, "  "+strings.ReplaceAll(strings.TrimPrefix(line, "\t"), "\t", "  "))
 				}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	layout "github.com/nftproxy/nftproxy/proxy/ruleset"
 	"github.com/nftproxy/nftproxy/test/fixture"
 )
 
@@ -52,7 +53,7 @@ func objectsOf(ruleset string, s fixture.Service) string {
 			set = strings.TrimSuffix(strings.TrimPrefix(line, "\tmap "), " {")
 		}
 		_, rest, ok := strings.Cut(line, "elements = { ")
-		if !ok || (set != "endpoints" && set != "local-endpoints") {
+		if !ok || !(layout.IsEndpointMap(set, layout.MapEndpoints) || layout.IsEndpointMap(set, layout.MapLocalEndpoints)) {
 			continue
 		}
 		for _, e := range splitElements(strings.TrimSuffix(rest, " }")) {

@@ -135,18 +135,22 @@ func blockIs(want string) func(*corev1.Service) (bool, string) {
 	}
 }
 
-// nodePortsMap is the node-port map of the ruleset (protocol . node port or block -> Service),
-// "" when it is missing.
+// nodePortsMap is the text of the node-port maps of the ruleset (protocol . node port ->
+// Service, then protocol . block -> Service), "" when both are missing.
 func nodePortsMap(rs string) string {
-	i := strings.Index(rs, "map service-nodeports {")
-	if i < 0 {
-		return ""
+	var out strings.Builder
+	for _, head := range []string{"map service-nodeports {", "map service-nodeport-ranges {"} {
+		i := strings.Index(rs, head)
+		if i < 0 {
+			continue
+		}
+		j := strings.Index(rs[i:], "\n\t}")
+		if j < 0 {
+			j = len(rs) - i
+		}
+		out.WriteString(rs[i : i+j])
 	}
-	j := strings.Index(rs[i:], "\n\t}")
-	if j < 0 {
-		return rs[i:]
-	}
-	return rs[i : i+j]
+	return out.String()
 }
 
 // prober sends packets from client 1 of e's lab.

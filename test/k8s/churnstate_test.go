@@ -48,12 +48,17 @@ func (e *env) kernelEndpoints() (endpointState, error) {
 		return nil, err
 	}
 	slots := map[string][]string{} // by the dispatch key
-	for _, el := range rs.Elements[ruleset.MapEndpoints] {
-		if len(el.Key) < 2 || len(el.Data) == 0 {
+	for m, els := range rs.Elements {
+		if !ruleset.IsEndpointMap(m, ruleset.MapEndpoints) {
 			continue
 		}
-		k := fmt.Sprint(el.Key[:len(el.Key)-1])
-		slots[k] = append(slots[k], el.Data[0].Addr.String())
+		for _, el := range els {
+			if len(el.Key) < 2 || len(el.Data) == 0 {
+				continue
+			}
+			k := fmt.Sprint(el.Key[:len(el.Key)-1])
+			slots[k] = append(slots[k], el.Data[0].Addr.String())
+		}
 	}
 	got := endpointState{}
 	for _, el := range rs.Elements[ruleset.MapServiceIPs] {

@@ -3,6 +3,7 @@ package k8s
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,12 +197,15 @@ func slotsHaveOnly(rs string, s fixture.Service, pods []int) bool {
 	return slots != "" && hasExactly(slots, pods)
 }
 
+// endpointMapHead opens a shard of the endpoints map in a listing.
+var endpointMapHead = regexp.MustCompile(`map endpoints-s[0-9]+ \{`)
+
 // slotsOf is the text of the elements of the endpoints maps of a `nft list ruleset` listing
 // whose key starts with s's ClusterIP and port, one a line.
 func slotsOf(rs string, s fixture.Service) string {
 	prefix := s.ClusterIPs[0].String() + " . tcp . 80 . "
 	var out strings.Builder
-	for _, block := range strings.Split(rs, "map endpoints {")[1:] {
+	for _, block := range endpointMapHead.Split(rs, -1)[1:] {
 		if end := strings.Index(block, "\n\t}"); end >= 0 {
 			block = block[:end]
 		}

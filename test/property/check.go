@@ -176,7 +176,7 @@ func checkFragments(b *Batch, builders []*ruleset.Builder, snap model.Snapshot) 
 			for _, sp := range gs.Serving {
 				if sp.Family == fam && !reachesEndpoints(f, s, sp.Name) {
 					out = append(out, Failure{s.Key, fmt.Sprintf("family %s: port %s has a ready endpoint on this node but neither an endpoint chain (%s) nor slots in %s: its traffic is rejected",
-						bl.Family(), sp.Name, ruleset.ServiceChain(sp.Name), ruleset.MapEndpoints)})
+						bl.Family(), sp.Name, ruleset.ServiceChain(sp.Name), ruleset.MapEndpoints+"-*")})
 				}
 			}
 		}
@@ -186,7 +186,7 @@ func checkFragments(b *Batch, builders []*ruleset.Builder, snap model.Snapshot) 
 
 // reachesEndpoints reports whether the ClusterIPs of port pn of s reach endpoints in fragment f:
 // through chains of its own (own-chains mode), or through slots under a ClusterIP key in the
-// shared endpoint map (shared mode).
+// shared endpoint maps (shared mode).
 func reachesEndpoints(f fragment.Fragment, s *model.Service, pn model.PortName) bool {
 	for _, c := range f.Chains {
 		if c.Chain.Name == ruleset.ServiceChain(pn) || c.Chain.Name == ruleset.LocalChain(pn) {
@@ -199,7 +199,7 @@ func reachesEndpoints(f fragment.Fragment, s *model.Service, pn model.PortName) 
 	}
 	sp := &s.Ports[i]
 	for _, e := range f.Elements {
-		if e.Set != ruleset.MapEndpoints || len(e.Key) != 4 || e.Key[2].Num != uint32(sp.Port) || e.Key[1].Num != protoNumber(pn.Protocol) {
+		if !ruleset.IsEndpointMap(e.Set, ruleset.MapEndpoints) || len(e.Key) != 4 || e.Key[2].Num != uint32(sp.Port) || e.Key[1].Num != protoNumber(pn.Protocol) {
 			continue
 		}
 		if slices.ContainsFunc(sp.ClusterIPs, func(a netip.Addr) bool { return a.Unmap() == e.Key[0].Addr }) {
@@ -298,7 +298,7 @@ func checkNodeSafety(rs *nft.Ruleset, nodeIPs []netip.Addr) []Failure {
 				if p, ok := covers(lo, hi); ok {
 					out = append(out, Failure{owner, fmt.Sprintf("%s holds %s on node address %s ports %d-%d: reserved port %d is taken", set, e.Comment, e.Key[0].Addr, lo, hi, p)})
 				}
-			case ruleset.MapNodePorts, ruleset.MapNoEndpointNodePorts:
+			case ruleset.MapNodePorts, ruleset.MapNodePortRanges, ruleset.MapNoEndpointNodePorts:
 				if len(e.Key) < 2 {
 					continue
 				}

@@ -27,8 +27,8 @@ const otherTable = `table inet other {
 }
 `
 
-// driftServices: web keeps serving; the pick chain victim shares with web (2 endpoints) and
-// lonely's map element are deleted.
+// driftServices: web keeps serving; a pick chain of 2 endpoints (web's or victim's, with the
+// elements going to it) and lonely's map element are deleted.
 func driftServices() []fixture.Service {
 	return []fixture.Service{
 		{Name: "web", ClusterIPs: []netip.Addr{lab.ClusterIPv4(1), lab.ClusterIPv6(1)},
@@ -51,21 +51,28 @@ type drift struct {
 	touchesOther bool
 }
 
-// toPick2 matches the dispatch elements that go to the shared chain pick-2, capturing the key.
-var toPick2 = regexp.MustCompile(`([0-9.]+ \. (?:tcp|udp) \. [0-9]+) comment "[^"]*" : goto pick-2\b`)
+// toPick2 matches the dispatch elements that go to a shared chain pick-2 (of some endpoint-map
+// shard), capturing the key and the chain.
+var toPick2 = regexp.MustCompile(`([0-9.]+ \. (?:tcp|udp) \. [0-9]+) comment "[^"]*" : goto (pick-2-s[0-9]+)\b`)
 
 func drifts() []drift {
 	return []drift{
 		{name: "delete a shared pick chain (and the map elements that jump to it)", script: func(t *testing.T, ipTable string) string {
 			var keys []string
+			chain := ""
 			for _, m := range toPick2.FindAllStringSubmatch(ipTable, -1) {
-				keys = append(keys, m[1])
+				if chain == "" {
+					chain = m[2]
+				}
+				if m[2] == chain {
+					keys = append(keys, m[1])
+				}
 			}
-			if len(keys) == 0 || !strings.Contains(ipTable, "chain pick-2 {") {
-				t.Fatalf("no chain pick-2 and elements going to it in:\n%s", ipTable)
+			if len(keys) == 0 || !strings.Contains(ipTable, "chain "+chain+" {") {
+				t.Fatalf("no chain pick-2-sN and elements going to it in:\n%s", ipTable)
 			}
-			return fmt.Sprintf("delete element ip nftproxy service-ips { %s }\nflush chain ip nftproxy pick-2\ndelete chain ip nftproxy pick-2\n",
-				strings.Join(keys, ", "))
+			return fmt.Sprintf("delete element ip nftproxy service-ips { %s }\nflush chain ip nftproxy %s\ndelete chain ip nftproxy %s\n",
+				strings.Join(keys, ", "), chain, chain)
 		}},
 		{name: "delete a map element", script: func(*testing.T, string) string {
 			return fmt.Sprintf("delete element ip nftproxy service-ips { %s . tcp . 80 }\n", lab.ClusterIPv4(4))

@@ -20,13 +20,17 @@ func main() {
 	seed := flag.Int64("seed", 1, "workload seed")
 	quick := flag.Bool("quick", false, "CI mode: 1000 Services, 3 runs")
 	verbose := flag.Bool("v", false, "print every sample to stderr")
+	chains := flag.Bool("chains", true, "also measure the per-endpoint-chain layout (skipped, with the reason, at sizes where it cannot run)")
+	text := flag.Bool("nft-text", true, "also load the same ruleset with nft -f")
+	shards := flag.Int("endpoint-shards", 0, "split the endpoint maps into this many shards (0: the ruleset's default), to compare layouts")
+	opsBase := flag.Int("ops", 10000, "count the ops one Service of each shape costs after this many workload Services (in-memory kernel); 0: no")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole campaign to this file")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "syncs: needs root (creates network namespaces)")
 		os.Exit(2)
 	}
-	cfg := syncs.Config{Endpoints: *endpoints, Runs: *runs, Seed: *seed}
+	cfg := syncs.Config{Endpoints: *endpoints, Runs: *runs, Seed: *seed, NoChains: !*chains, NoText: !*text, EndpointShards: *shards}
 	if *quick {
 		*sizes, cfg.Runs = "1000", 3
 	}
@@ -59,4 +63,12 @@ func main() {
 		os.Exit(1)
 	}
 	syncs.Markdown(os.Stdout, res)
+	if *opsBase > 0 {
+		rows, full, err := syncs.ServiceOps(context.Background(), *opsBase, 100)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "syncs: ops per Service:", err)
+			os.Exit(1)
+		}
+		syncs.OpsMarkdown(os.Stdout, *opsBase, 100, rows, full)
+	}
 }
