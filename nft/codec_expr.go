@@ -464,6 +464,27 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 			nat.RegProtoMin, nat.Specified = 2, true
 		}
 		return append(out, nat), nil
+	case SocketMatch:
+		if e.Key != SocketTransparent && e.Key != SocketWildcard {
+			return nil, fmt.Errorf("socket key %d: use SocketTransparent or SocketWildcard", e.Key)
+		}
+		// A 1-byte compare, as nft writes it for a boolean key.
+		val := byte(0)
+		if e.Value {
+			val = 1
+		}
+		return []expr.Any{
+			&expr.Socket{Key: expr.SocketKey(e.Key), Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{val}},
+		}, nil
+	case Redirect:
+		if e.Port == 0 {
+			return nil, fmt.Errorf("redirect needs a port")
+		}
+		return []expr.Any{
+			&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, e.Port)},
+			&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: codecNATRangeProtoSpecified},
+		}, nil
 	case Verdict:
 		v, err := codecVerdict(e)
 		if err != nil {
@@ -475,6 +496,10 @@ func (c *codecRuleCtx) codecExpr(e Expr) ([]expr.Any, error) {
 	}
 	return nil, fmt.Errorf("unsupported expression %T", e)
 }
+
+// codecNATRangeProtoSpecified is NF_NAT_RANGE_PROTO_SPECIFIED, the flag nft sets on a nat
+// statement with a port.
+const codecNATRangeProtoSpecified = 0x2
 
 func codecAddrLen(fam Family) int {
 	if fam == IPv6 {

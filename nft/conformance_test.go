@@ -184,7 +184,7 @@ func TestFakeConformance(t *testing.T) {
 func confAllExprs() []Expr {
 	return []Expr{Cmp{}, CmpPrefix{}, CmpSet{}, VMap{}, MarkTest{}, CtState{}, CtStatus{},
 		FibAddrType{}, MarkOr{}, MarkXor{}, Masquerade{}, DNAT{}, DNATNumgen{}, DNATMap{}, NumgenMatch{}, Reject{},
-		SetUpdate{}, Verdict{}, Unknown{}}
+		SetUpdate{}, Verdict{}, SocketMatch{}, Redirect{}, Unknown{}}
 }
 
 // confVerbs is every verb each object kind takes; the others must be refused.

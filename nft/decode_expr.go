@@ -50,6 +50,10 @@ func decodeNewExpr(name string) expr.Any {
 		return &expr.Reject{}
 	case "dynset":
 		return &expr.Dynset{}
+	case "socket":
+		return &expr.Socket{}
+	case "redir":
+		return &expr.Redir{}
 	}
 	return nil
 }
@@ -89,6 +93,10 @@ func decodeExprName(b []byte) string {
 		return "reject"
 	case "dynset":
 		return "dynset"
+	case "socket":
+		return "socket"
+	case "redir":
+		return "redir"
 	}
 	return string(b)
 }
@@ -330,7 +338,18 @@ func decodeShape(fam Family, raws []decodeRaw, sets map[string]*Set) (Expr, int)
 		}
 		return Masquerade{FullyRandom: e.FullyRandom}, 1
 	case *expr.Immediate:
+		if r, n := decodeRedirect(raws); n > 0 {
+			return r, n
+		}
 		return decodeDNAT(fam, raws)
+	case *expr.Socket:
+		c, ok := at(1).(*expr.Cmp)
+		if !ok || e.Register != 1 || c.Register != 1 || c.Op != expr.CmpOpEq || len(c.Data) != 1 || c.Data[0] > 1 {
+			return nil, 0
+		}
+		if k := SocketKey(e.Key); e.Key <= 0xff && (k == SocketTransparent || k == SocketWildcard) {
+			return SocketMatch{Key: k, Value: c.Data[0] == 1}, 2
+		}
 	case *expr.Numgen:
 		if c, ok := at(1).(*expr.Cmp); ok {
 			v, ok2 := decodeU32Host(c.Data)
@@ -558,6 +577,24 @@ func decodeDNAT(fam Family, raws []decodeRaw) (Expr, int) {
 		return nil, 0
 	}
 	return d, n + 1
+}
+
+// decodeRedirect matches "immediate reg1 port; redir proto_min reg1 [proto_max reg1] flags
+// proto-specified", as nft writes "redirect to :port".
+func decodeRedirect(raws []decodeRaw) (Expr, int) {
+	imm, _ := raws[0].e.(*expr.Immediate)
+	if imm == nil || imm.Register != 1 || len(imm.Data) != 2 || len(raws) < 2 {
+		return nil, 0
+	}
+	r, ok := raws[1].e.(*expr.Redir)
+	if !ok || r.RegisterProtoMin != 1 || (r.RegisterProtoMax != 0 && r.RegisterProtoMax != 1) || r.Flags != codecNATRangeProtoSpecified {
+		return nil, 0
+	}
+	port := binary.BigEndian.Uint16(imm.Data)
+	if port == 0 {
+		return nil, 0
+	}
+	return Redirect{Port: port}, 2
 }
 
 // decodeNATPlain matches "dnat" from register 1 with no range and no flags but the one nft sets

@@ -202,6 +202,33 @@ type DNATMap struct {
 	Port     uint16
 }
 
+// SocketKey selects what a SocketMatch compares of the socket the kernel finds.
+type SocketKey uint8
+
+// Socket keys (NFT_SOCKET_TRANSPARENT, NFT_SOCKET_WILDCARD).
+const (
+	SocketTransparent SocketKey = 0 // the socket has IP_TRANSPARENT
+	SocketWildcard    SocketKey = 2 // the socket is bound to the wildcard address
+)
+
+// SocketMatch matches when the kernel finds a socket for the packet and that socket's Key is
+// Value: "socket wildcard 1". At prerouting and input the kernel looks the packet's own tuple
+// up (an established connection, else a listener on its destination address and port); found
+// none, the rule stops there, like a match that did not hold. At output it takes the sending
+// socket, so there it says nothing about who listens on the destination. "socket wildcard"
+// finds only full sockets (a time-wait or half-open one stops the rule too); "socket
+// transparent" any. The kernel allows it at prerouting, input and output only.
+type SocketMatch struct {
+	Key   SocketKey
+	Value bool
+}
+
+// Redirect rewrites the destination to an address of the node itself and to Port: "redirect to
+// :10253". At prerouting the address is the incoming interface's first address, at output the
+// loopback address. nft requires a protocol match before it ("meta l4proto tcp"); the kernel
+// allows it in nat chains at prerouting and output only. Port is never 0.
+type Redirect struct{ Port uint16 }
+
 func (Cmp) isExpr()         {}
 func (CmpPrefix) isExpr()   {}
 func (CmpSet) isExpr()      {}
@@ -220,6 +247,8 @@ func (Reject) isExpr()      {}
 func (NumgenMatch) isExpr() {}
 func (SetUpdate) isExpr()   {}
 func (Verdict) isExpr()     {}
+func (SocketMatch) isExpr() {}
+func (Redirect) isExpr()    {}
 
 // Unknown stands for kernel bytecode that matches none of the shapes above (someone else wrote
 // it into our table). It is only ever read back, never sent.

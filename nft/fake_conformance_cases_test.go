@@ -72,6 +72,7 @@ func confCases() []confCase {
 	cases = append(cases, confTxCases()...)
 	cases = append(cases, confAffinityCases()...)
 	cases = append(cases, confNumgenKeyCases()...)
+	cases = append(cases, confSocketCases()...)
 	return cases
 }
 

@@ -148,6 +148,14 @@ func fakeCheckRule(i int, op Op, ft *fakeTable, r *Rule) error {
 			if err := fakeCheckVerdict(i, op, ft, x); err != nil {
 				return err
 			}
+		case SocketMatch:
+			if x.Key != SocketTransparent && x.Key != SocketWildcard {
+				return bad(k, "socket key %d: use SocketTransparent or SocketWildcard", x.Key)
+			}
+		case Redirect:
+			if x.Port == 0 {
+				return bad(k, "redirect needs a port")
+			}
 		case MarkTest, CtState, CtStatus, FibAddrType, MarkOr, MarkXor, Masquerade, Reject:
 		case Unknown:
 			return bad(k, "an Unknown expression (%s) is only read back, it cannot be sent", x.Description)
@@ -199,6 +207,14 @@ func fakeHookAllows(base *BaseChain, e Expr) string {
 	case DNAT, DNATNumgen, DNATMap:
 		if base.Type != ChainTypeNAT || (base.Hook != HookPrerouting && base.Hook != HookOutput) {
 			return "dnat needs a nat chain at prerouting or output"
+		}
+	case Redirect:
+		if base.Type != ChainTypeNAT || (base.Hook != HookPrerouting && base.Hook != HookOutput) {
+			return "redirect needs a nat chain at prerouting or output"
+		}
+	case SocketMatch:
+		if base.Hook != HookPrerouting && base.Hook != HookInput && base.Hook != HookOutput {
+			return "socket is allowed at prerouting, input and output only"
 		}
 	case Masquerade:
 		if base.Type != ChainTypeNAT || base.Hook != HookPostrouting {

@@ -156,6 +156,14 @@ func kernelShapes() []kernelShape {
 			return []Expr{SetUpdate{Fields: []Field{FieldSaddr, FieldSport}, Set: "aff-port", Timeout: time.Hour}}
 		}},
 		{"verdict-goto", "prerouting", func(Family) []Expr { return []Expr{Verdict{Kind: VerdictGoto, Chain: "svc-a"}} }},
+		{"socket-wildcard-0", "prerouting", func(Family) []Expr {
+			return []Expr{tcp, Cmp{Field: FieldDport, Value: Port(32000)}, SocketMatch{Key: SocketWildcard}, Verdict{Kind: VerdictReturn}}
+		}},
+		{"socket-wildcard-1", "prerouting", func(Family) []Expr {
+			return []Expr{SocketMatch{Key: SocketWildcard, Value: true}, Verdict{Kind: VerdictReturn}}
+		}},
+		{"socket-transparent", "filter-input", func(Family) []Expr { return []Expr{SocketMatch{Key: SocketTransparent, Value: true}, Verdict{Kind: VerdictAccept}} }},
+		{"redirect", "prerouting", func(Family) []Expr { return []Expr{tcp, Redirect{Port: 10253}} }},
 	}
 }
 

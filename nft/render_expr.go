@@ -97,6 +97,24 @@ func renderExpr(f Family, e Expr) string {
 			port = fmt.Sprintf(":%d", x.Port)
 		}
 		return fmt.Sprintf("%s %s map @%s%s", to, renderFields(f, x.Fields), renderName(x.Map), port)
+	case SocketMatch:
+		key := "transparent"
+		switch x.Key {
+		case SocketTransparent:
+		case SocketWildcard:
+			key = "wildcard"
+		default:
+			return renderLoud("bad-socket-key", fmt.Sprintf("socket key %d", x.Key))
+		}
+		if x.Value {
+			return "socket " + key + " 1"
+		}
+		return "socket " + key + " 0"
+	case Redirect:
+		if x.Port == 0 {
+			return renderLoud("bad-redirect", "redirect without a port")
+		}
+		return fmt.Sprintf("redirect to :%d", x.Port)
 	case Verdict:
 		return renderVerdict(x)
 	case Unknown:

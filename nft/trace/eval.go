@@ -319,6 +319,32 @@ func (tr *Tracer) expr(e nft.Expr, st *state) (v nft.Verdict, cont bool) {
 		return nft.Verdict{Kind: nft.VerdictAccept}, true // nat ends the chain with its verdict
 	case nft.DNATNumgen:
 		return tr.dnatNumgen(x, st), true
+	case nft.SocketMatch:
+		sk := st.p.Socket
+		if st.p.Local {
+			sk = &Socket{} // the sending socket
+		}
+		if sk == nil {
+			return v, false
+		}
+		got := sk.Transparent
+		if x.Key == nft.SocketWildcard {
+			got = sk.Wildcard
+		}
+		return v, got == x.Value
+	case nft.Redirect:
+		// To the node itself: loopback at output; at prerouting the kernel takes the incoming
+		// interface's first address, which the tracer does not know: it keeps the address the
+		// packet arrived on, an address of the node too.
+		a := st.p.Daddr
+		if st.p.Local {
+			a = netip.IPv6Loopback()
+			if a4 := st.p.Daddr.Unmap(); a4.Is4() {
+				a = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+			}
+		}
+		st.setDNAT(a, x.Port)
+		return nft.Verdict{Kind: nft.VerdictAccept}, true
 	case nft.Reject:
 		if x.TCPReset {
 			return nft.Verdict{Kind: reject, Chain: string(RejectTCPReset)}, true

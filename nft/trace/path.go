@@ -84,6 +84,8 @@ func (st *state) describe(e nft.Expr, v nft.Verdict) []string {
 		return []string{"masquerade"}
 	case nft.DNAT, nft.DNATNumgen, nft.DNATMap:
 		return []string{"dnat to " + st.dnat[0]}
+	case nft.Redirect:
+		return []string{"redirect to " + st.dnat[0]}
 	case nft.SetUpdate:
 		return []string{"update @" + x.Set}
 	case nft.Reject:

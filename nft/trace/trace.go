@@ -45,6 +45,17 @@ type Packet struct {
 	// Local says the node generated the packet (output path) rather than received it
 	// (prerouting path).
 	Local bool
+	// Socket is the socket of the node that the kernel finds for an arriving packet (a
+	// listener on its destination address and port); nil: none, and a socket lookup stops its
+	// rule. A Local packet meets its own sending socket instead (bound to its source address,
+	// not transparent), as the kernel's lookup does at output.
+	Socket *Socket
+}
+
+// Socket is what a socket lookup ("socket wildcard", "socket transparent") reads.
+type Socket struct {
+	Wildcard    bool // bound to the wildcard address
+	Transparent bool // IP_TRANSPARENT
 }
 
 // TCP returns a TCP packet arriving at the node.

@@ -302,3 +302,48 @@ func TestConnectRecordsAfterDNAT(t *testing.T) {
 		t.Errorf("another port of the frontend: %s, want no DNAT", got)
 	}
 }
+
+// TestSocketLookupAndRedirect: a socket lookup stops its rule when the node holds no socket for
+// the packet, reads the found socket otherwise, and at output meets the sending socket (bound to
+// its source, not transparent) whoever listens; a redirect sends the packet to the node itself,
+// over loopback at output.
+func TestSocketLookupAndRedirect(t *testing.T) {
+	held := []nft.Expr{nft.Cmp{Field: nft.FieldDport, Value: nft.Port(32000)}}
+	rs := &nft.Ruleset{
+		Chains: []nft.Chain{base("pre", nft.ChainTypeNAT, nft.HookPrerouting, -101), base("out", nft.ChainTypeNAT, nft.HookOutput, -101)},
+		Rules: []nft.Rule{
+			rule("pre", append(slices.Clone(held), nft.SocketMatch{Key: nft.SocketWildcard}, to(nft.VerdictReturn, ""))...),
+			rule("pre", append(slices.Clone(held), nft.SocketMatch{Key: nft.SocketWildcard, Value: true}, to(nft.VerdictReturn, ""))...),
+			rule("pre", append(slices.Clone(held), nft.Cmp{Field: nft.FieldL4Proto, Value: nft.Proto(unix.IPPROTO_TCP)}, nft.Redirect{Port: 10253})...),
+			rule("out", append(slices.Clone(held), nft.SocketMatch{Key: nft.SocketWildcard}, to(nft.VerdictReturn, ""))...),
+			rule("out", append(slices.Clone(held), nft.Cmp{Field: nft.FieldL4Proto, Value: nft.Proto(unix.IPPROTO_TCP)}, nft.Redirect{Port: 10253})...),
+		},
+	}
+	tr := New(rs, node)
+	local := TCP(node, node, 32000)
+	local.Local = true
+	for _, c := range []struct {
+		name string
+		p    Packet
+		sk   *Socket
+		want []string
+	}{
+		{"no socket: redirected", TCP(client, node, 32000), nil, []string{"198.18.1.1:10253"}},
+		{"a listener on the wildcard address keeps it", TCP(client, node, 32000), &Socket{Wildcard: true}, nil},
+		{"a listener on the address keeps it", TCP(client, node, 32000), &Socket{}, nil},
+		{"output meets the sending socket", local, &Socket{Wildcard: true}, nil},
+		{"another port", TCP(client, node, 32001), nil, nil},
+	} {
+		c.p.Socket = c.sk
+		got, err := tr.Run(c.p)
+		if err != nil || got.Verdict != Accept || !slices.Equal(got.DNAT, c.want) {
+			t.Errorf("%s: got %s, %v; want accept, dnat %v", c.name, got, err, c.want)
+		}
+	}
+	// Without the socket rule at output, the node's own packet is redirected over loopback.
+	rs.Rules = slices.Delete(rs.Rules, 3, 4)
+	got, err := New(rs, node).Run(local)
+	if want := []string{"127.0.0.1:10253"}; err != nil || !slices.Equal(got.DNAT, want) {
+		t.Errorf("output redirect: got %s, %v; want dnat %v", got, err, want)
+	}
+}
