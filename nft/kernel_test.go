@@ -162,7 +162,9 @@ func kernelShapes() []kernelShape {
 		{"socket-wildcard-1", "prerouting", func(Family) []Expr {
 			return []Expr{SocketMatch{Key: SocketWildcard, Value: true}, Verdict{Kind: VerdictReturn}}
 		}},
-		{"socket-transparent", "filter-input", func(Family) []Expr { return []Expr{SocketMatch{Key: SocketTransparent, Value: true}, Verdict{Kind: VerdictAccept}} }},
+		{"socket-transparent", "filter-input", func(Family) []Expr {
+			return []Expr{SocketMatch{Key: SocketTransparent, Value: true}, Verdict{Kind: VerdictAccept}}
+		}},
 		{"redirect", "prerouting", func(Family) []Expr { return []Expr{tcp, Redirect{Port: 10253}} }},
 	}
 }
