@@ -120,6 +120,10 @@ func (b *Builder) Base(node *model.Node) fragment.Fragment {
 	for _, a := range b.NodePortAddrs(node) {
 		f.Elements = append(f.Elements, nft.Element{Set: SetNodePortIPs, Key: []nft.Value{nft.Addr(a)}})
 	}
+	if c.HealthCheckPort != 0 {
+		f.Sets = append(f.Sets, nft.Set{Name: SetHealthCheckPorts, Key: []nft.Type{nft.TypeInetService},
+			Comment: "health-check node ports of externalTrafficPolicy Local Services"})
+	}
 
 	rules := map[string][]nft.Rule{
 		ChainNATPrerouting:  {rule("", jump(ChainServices))},
@@ -170,6 +174,10 @@ func (b *Builder) Base(node *model.Node) fragment.Fragment {
 			rule("", nft.Reject{}),
 		},
 	}
+	if c.HealthCheckPort != 0 {
+		b.healthCheckRules(rules)
+		f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: ChainHealthChecks}, Rules: withChain(ChainHealthChecks, rules[ChainHealthChecks])})
+	}
 	if c.Family == nft.IPv4 {
 		for _, bc := range []string{ChainFilterInput, ChainFilterForward, ChainFilterOutputDNATd} {
 			rules[bc] = append(rules[bc], recordRules()...)
@@ -187,6 +195,31 @@ func (b *Builder) Base(node *model.Node) fragment.Fragment {
 		f.Chains = append(f.Chains, fragment.ChainDef{Chain: nft.Chain{Name: name}, Rules: withChain(name, rules[name])})
 	}
 	return f
+}
+
+// healthCheckRules send TCP to a node-port address on a health-check node port to nftproxy's
+// listener, after the Services (a Service on a node address keeps its port there, as it did
+// from a listener's socket). From outside (prerouting) only while no full socket of the node
+// holds the port: kube-proxy's listener answers its own ports until it exits, and from then on
+// the next connection is redirected, with no sync. At output the kernel's socket lookup finds
+// the sending socket, so the node's own probes go to nftproxy whenever its set holds the port;
+// the daemon empties the set when it stops (cmd/nftproxy/app).
+func (b *Builder) healthCheckRules(rules map[string][]nft.Rule) {
+	match := func() []nft.Expr {
+		return []nft.Expr{daddrIn(SetNodePortIPs), protoCmp(unix.IPPROTO_TCP),
+			nft.CmpSet{Fields: []nft.Field{nft.FieldDport}, Set: SetHealthCheckPorts}}
+	}
+	redirect := nft.Redirect{Port: b.cfg.HealthCheckPort}
+	rules[ChainNATPrerouting] = append(rules[ChainNATPrerouting],
+		rule("health-check node ports", append(match(), goTo(ChainHealthChecks))...))
+	rules[ChainNATOutput] = append(rules[ChainNATOutput],
+		rule("the node's own health checks: to nftproxy's listener", append(match(), redirect)...))
+	const held = "another process holds this health-check node port: it answers"
+	rules[ChainHealthChecks] = []nft.Rule{
+		rule(held, nft.SocketMatch{Key: nft.SocketWildcard}, nft.Verdict{Kind: nft.VerdictReturn}),
+		rule(held, nft.SocketMatch{Key: nft.SocketWildcard, Value: true}, nft.Verdict{Kind: nft.VerdictReturn}),
+		rule("to nftproxy's health-check listener", protoCmp(unix.IPPROTO_TCP), redirect),
+	}
 }
 
 // stickyProtocols are the protocols a Service port may have, each with its own recording rules.

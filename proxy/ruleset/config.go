@@ -28,6 +28,11 @@ type Config struct {
 	NodePortCIDRs []netip.Prefix
 	// NodeName selects local endpoints.
 	NodeName string
+	// HealthCheckPort is the port of nftproxy's own health-check listener (--health-check-port):
+	// TCP to a node-port address on a Service's health-check node port is redirected there,
+	// unless a socket of the node holds that port (kube-proxy's listener during a handover).
+	// 0: no health-check rules (the node ports are not served).
+	HealthCheckPort uint16
 	// AffinityMapSize bounds the shared ClientIP affinity maps (ip tables): at most this many
 	// client . frontend entries each; 0 means DefaultAffinityMapSize. A full map costs only
 	// stickiness: new clients are still spread, unrecorded.

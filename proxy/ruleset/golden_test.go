@@ -5,10 +5,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/nftproxy/nftproxy/nft"
+	"github.com/nftproxy/nftproxy/nft/trace"
 	"github.com/nftproxy/nftproxy/proxy/model"
 	"github.com/nftproxy/nftproxy/test/golden"
 	"github.com/nftproxy/nftproxy/test/netns"
@@ -172,6 +174,7 @@ func goldenCases() []goldenCase {
 func goldenRuleset(t *testing.T, c goldenCase) *nft.Ruleset {
 	b := testBuilder(t, func(cfg *Config) {
 		cfg.Family, cfg.MasqueradeAll, cfg.NodeName = c.family, c.masqueradeAll, thisNode
+		cfg.HealthCheckPort = 10253
 		cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, netip.MustParsePrefix("fd00:128::/64"))
 		cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, netip.MustParsePrefix("fd00:19::/112"))
 		// 4 endpoint-map shards, not DefaultEndpointShards: the same layout, 16 empty-ish maps
@@ -250,5 +253,38 @@ func TestKernelRulesetGolden(t *testing.T) {
 			}
 			reloadListing(t, loaded, "rulesetgold2")
 		})
+	}
+}
+
+// TestHealthCheckNodePortRedirect traces the golden cluster's health-check node ports: TCP from
+// outside to a node-port address goes to nftproxy's listener only while no socket of the node
+// holds the port (another process's listener answers its own ports), the node's own probes go
+// to the listener over loopback, and nothing else is redirected: another port, UDP, an address
+// outside --nodeport-addresses (loopback), or without HealthCheckPort.
+func TestHealthCheckNodePortRedirect(t *testing.T) {
+	rs := goldenRuleset(t, goldenCases()[0])
+	tr := newTracer(t, rs, nodeIP, nodeBridge, "127.0.0.1")
+	held := func(p packet, sk *trace.Socket) packet { p.Socket = sk; return p }
+	for _, c := range []struct {
+		name string
+		p    packet
+		want outcome
+	}{
+		{"free port: to the listener", tcp(client, nodeIP, 30181), outcome{"accept", []string{nodeIP + ":10253"}, false}},
+		{"every Service's port", tcp(client, nodeBridge, 30183), outcome{"accept", []string{nodeBridge + ":10253"}, false}},
+		{"held on the wildcard address: not redirected", held(tcp(client, nodeIP, 30181), &trace.Socket{Wildcard: true}), outcome{"accept", nil, false}},
+		{"held on the node address: not redirected", held(tcp(client, nodeIP, 30181), &trace.Socket{}), outcome{"accept", nil, false}},
+		{"the node's own probe: over loopback", local(tcp(nodeIP, nodeIP, 30182)), outcome{"accept", []string{"127.0.0.1:10253"}, false}},
+		{"not a health-check port", tcp(client, nodeIP, 30184), outcome{"accept", nil, false}},
+		{"UDP", udp(client, nodeIP, 30181), outcome{"accept", nil, false}},
+		{"loopback is no node-port address", local(tcp("127.0.0.1", "127.0.0.1", 30181)), outcome{"accept", nil, false}},
+	} {
+		if got := tr.run(c.p); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: got %s, want %s", c.name, got, c.want)
+		}
+	}
+	b := testBuilder(t, func(cfg *Config) { cfg.NodeName = thisNode })
+	if got := newTracer(t, b.Ruleset(goldenNode(), goldenServices()), nodeIP).run(tcp(client, nodeIP, 30181)); got.dnat != nil {
+		t.Errorf("without HealthCheckPort: got %s, want no redirect", got)
 	}
 }

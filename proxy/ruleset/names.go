@@ -63,6 +63,9 @@ const (
 	ChainNodePortsCheck  = "nodeport-endpoints-check"
 	ChainClusterIPsCheck = "cluster-ips-check"
 	ChainReject          = "reject-chain"
+	// ChainHealthChecks redirects health-check node ports nobody else holds to nftproxy's
+	// listener (Config.HealthCheckPort), from nat-prerouting.
+	ChainHealthChecks = "health-checks"
 )
 
 // Sets and maps shared by all Services.
@@ -73,6 +76,9 @@ const (
 	SetNodePortIPs = "nodeport-ips"
 	// SetHairpin holds "endpoint . endpoint" pairs: a pod reaching itself through a Service.
 	SetHairpin = "hairpin"
+	// SetHealthCheckPorts holds the health-check node ports of externalTrafficPolicy=Local
+	// Services, one element per Service, shared by all of them.
+	SetHealthCheckPorts = "health-check-nodeports"
 	// MapServiceIPs: address . protocol . port -> service chain (single ports, hash).
 	MapServiceIPs = "service-ips"
 	// MapServiceRanges: address . protocol . port-range -> service chain (interval).

@@ -43,6 +43,24 @@ func (b *Builder) service(f *fragment.Fragment, node *model.Node, svc *model.Ser
 	for i := range svc.Ports {
 		b.servicePort(f, node, &svc.Ports[i])
 	}
+	b.healthCheckPort(f, svc)
+}
+
+// healthCheckPort adds the Service's health-check node port to the shared set, in every family
+// whatever the Service's own (a listener on the node answers a probe in either family, as
+// kube-proxy's does).
+func (b *Builder) healthCheckPort(f *fragment.Fragment, svc *model.Service) {
+	if b.cfg.HealthCheckPort == 0 {
+		return
+	}
+	for i := range svc.Ports {
+		if sp := &svc.Ports[i]; sp.ExternalTrafficLocal && sp.HealthCheckNodePort != 0 {
+			key := b.values(1)
+			f.Elements = append(f.Elements, nft.Element{Set: SetHealthCheckPorts, Key: append(key, nft.Port(sp.HealthCheckNodePort)),
+				Comment: comment(svc.Key.String(), "")})
+			return
+		}
+	}
 }
 
 // ServiceScratch is Service building the fragment's elements in memory the builder reuses: its
