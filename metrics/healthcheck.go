@@ -27,9 +27,9 @@ var _ health.CheckObserver = (*HealthCheck)(nil)
 func NewHealthCheck(reg prometheus.Registerer) (*HealthCheck, error) {
 	m := &HealthCheck{
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: HealthCheckListenFailures,
-			Help: "Attempts to open a Service's health-check node port that failed (port held by another process); retried every second and at every sync."}),
+			Help: "Attempts to open the health-check listener (--health-check-port) that failed (port held by another process); retried every second."}),
 		ports: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: HealthCheckNodePorts,
-			Help: "Health-check node ports of externalTrafficPolicy=Local Services after the last update, by state (serving or failed)."}, []string{"state"}),
+			Help: "Health-check node ports of externalTrafficPolicy=Local Services after the last update, by state: serving (the listener they are redirected to is open) or failed (it is not)."}, []string{"state"}),
 	}
 	m.ports.WithLabelValues("serving")
 	m.ports.WithLabelValues("failed")

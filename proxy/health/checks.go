@@ -3,10 +3,17 @@ package health
 // This file serves the health-check node ports of externalTrafficPolicy=Local Services, as
 // kube-proxy does: an external load balancer probes each node on the Service's
 // healthCheckNodePort and sends traffic only to nodes that answer 200, i.e. nodes with a ready
-// local endpoint. Every request on the port, whatever its path, gets 200 when the node has local
-// endpoints and the proxy is healthy, 503 otherwise, with a JSON body naming the Service and
-// the count, and the count again in X-Load-Balancing-Endpoint-Weight (used by weighted load
-// balancers). Their verdict includes the proxy's own (State.Healthy, healthz.go).
+// local endpoint. Every request, whatever its path, gets 200 when the node has local endpoints
+// and the proxy is healthy, 503 otherwise, with a JSON body naming the Service and the count,
+// and the count again in X-Load-Balancing-Endpoint-Weight (used by weighted load balancers).
+// Their verdict includes the proxy's own (State.Healthy, healthz.go).
+//
+// nftproxy never binds the node ports themselves: it listens on one port of its own
+// (--health-check-port) and its rules redirect each health-check node port there, unless
+// another process (kube-proxy, in a handover) holds it (proxy/ruleset/README.md, "Health-check
+// node ports"). So neither proxy keeps the other from its ports, and no port goes dark while
+// one stops and the other takes over. The listener finds the Service from the connection's
+// original destination port (OriginalDst).
 
 import (
 	"context"
@@ -37,9 +44,10 @@ type Check struct {
 
 // CheckObserver receives what the CheckServer reports; metrics.HealthCheck implements it.
 type CheckObserver interface {
-	// ListenFailed reports a health-check port that could not be opened.
+	// ListenFailed reports that the listener could not be opened (its port is taken).
 	ListenFailed(port uint16, err error)
-	// Listeners reports how many Services' ports are served and how many failed, after an Update.
+	// Listeners reports, after an Update, how many Services' health-check node ports are
+	// served (the listener is open) and how many are not (it is not).
 	Listeners(serving, failed int)
 }
 
@@ -47,275 +55,215 @@ type CheckObserver interface {
 type CheckConfig struct {
 	// NodeName selects the local endpoints counted after each sync (AfterCommit).
 	NodeName string
-	// Addresses, when set, are the exact addresses each port is opened on.
-	Addresses []netip.Addr
-	// NodePortCIDRs (--nodeport-addresses), when Addresses is empty: each port is opened on every
-	// address of the node inside them, as kube-proxy does, and nowhere else; the node's
-	// addresses are read when a port is opened. Both empty: one wildcard listener per port.
-	NodePortCIDRs []netip.Prefix
-	// LocalAddrs lists the node's addresses for NodePortCIDRs; nil reads the interfaces
-	// (net.InterfaceAddrs). Tests replace it.
-	LocalAddrs func() ([]netip.Addr, error)
+	// Port is the listener's port (--health-check-port), where the rules redirect the
+	// health-check node ports.
+	Port uint16
+	// Host is the address the listener binds; "" is the wildcard address, which the daemon
+	// uses: a redirect rewrites the destination to the incoming interface's first address (or
+	// loopback), not to the node-port address the probe named. The rules, not the listener,
+	// restrict which addresses (--nodeport-addresses) are served.
+	Host string
 	// Healthy reports whether the proxy's rules are current (sync staleness, kube-proxy's
 	// IsHealthy). While it is false every Service answers 503, so load balancers move away from
 	// a node whose rules may be stale. It does not follow the API server's reachability (an
 	// unreachable control plane must not drain every node at once) nor the node's deletion (a
 	// draining node's local endpoints go away by themselves). Nil: always healthy.
 	Healthy func() bool
-	// RetryInterval is how often Run tries again to open the ports that could not be opened
-	// (held by another process: kube-proxy's listener during a migration, until it exits).
+	// RetryInterval is how often Run tries again to open the listener when its port was taken.
 	// Zero: DefaultRetryInterval.
 	RetryInterval time.Duration
-	// Observer, when set, receives bind failures and listener counts.
+	// Observer, when set, receives listen failures and served counts.
 	Observer CheckObserver
-	Log      logr.Logger
+	// OriginalDst returns where a connection was sent before NAT; nil: OriginalDst
+	// (SO_ORIGINAL_DST). Tests replace it.
+	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// UnknownPortWait bounds how long a connection redirected for a port no Service has waits
+	// for an Update that knows it (the rules of a new Service commit before the sync's
+	// AfterCommit); it is then answered 503. Zero: DefaultUnknownPortWait.
+	UnknownPortWait time.Duration
+	Log             logr.Logger
 }
 
-// CheckServer serves the health-check node ports: one listener set per Service that has one.
-// Its methods are safe for concurrent use.
+// CheckServer answers the health-check node ports on one listener. Until its first Update (the
+// first complete state of the model, after the first sync) it accepts nothing: redirected
+// connections wait in the listen backlog rather than get an answer from an empty model. Its
+// methods are safe for concurrent use.
 type CheckServer struct {
 	cfg CheckConfig
 
-	update   sync.Mutex // one Update (listen and close) at a time
-	mu       sync.Mutex // guards services and their fields, held briefly (handlers read counts)
-	services map[model.ServiceKey]*service
+	open sync.Mutex // one Listen or Close at a time
+	ln   net.Listener
+	srv  *http.Server
+	done chan struct{} // closed when Serve returns
+
+	mu     sync.Mutex // guards the fields below, held briefly (handlers read counts)
+	byPort map[uint16]served
+	count  int           // Services with a port, for the Observer
+	ready  chan struct{} // closed by the first Update
+	gen    chan struct{} // closed and replaced by every Update (a handler waiting for a port)
+	closed chan struct{} // closed by Close: the gate stops waiting
 }
 
-type service struct {
-	key     model.ServiceKey
-	port    uint16
-	count   int
-	servers []*http.Server
-	addrs   []net.Addr
-	failed  error
-	done    sync.WaitGroup
+type served struct {
+	key   model.ServiceKey
+	count int
 }
 
-// DefaultRetryInterval is CheckConfig.RetryInterval's default: a port another process held is
-// served within a second of its release.
+// DefaultRetryInterval is CheckConfig.RetryInterval's default.
 const DefaultRetryInterval = time.Second
 
-// NewCheckServer returns a CheckServer with no ports open.
+// DefaultUnknownPortWait is CheckConfig.UnknownPortWait's default.
+const DefaultUnknownPortWait = 2 * time.Second
+
+// NewCheckServer returns a CheckServer, not listening yet (Listen, Run).
 func NewCheckServer(cfg CheckConfig) *CheckServer {
-	return &CheckServer{cfg: cfg, services: map[model.ServiceKey]*service{}}
+	if cfg.OriginalDst == nil {
+		cfg.OriginalDst = OriginalDst
+	}
+	if cfg.UnknownPortWait <= 0 {
+		cfg.UnknownPortWait = DefaultUnknownPortWait
+	}
+	return &CheckServer{cfg: cfg, byPort: map[uint16]served{}, ready: make(chan struct{}), gen: make(chan struct{}), closed: make(chan struct{})}
 }
 
 var _ proxier.Hook = (*CheckServer)(nil)
 
 // AfterCommit serves the health checks the model asks for once a sync has committed its rules
-// (a proxier.Hook), so ports open and counts change after the rules that serve them.
+// (a proxier.Hook), so counts change after the rules that serve them.
 func (s *CheckServer) AfterCommit(_ context.Context, c *proxier.Commit) error {
 	return s.Update(ChecksFromSnapshot(c.Snapshot(), s.cfg.NodeName))
 }
 
-// Update makes the served Services exactly svcs: it opens the ports of new Services, moves
-// changed ports, closes the ports of Services that are gone, and sets every local endpoint count.
-// A port that cannot be opened is reported (the returned error, the log, the Observer) and
-// retried on the next Update or Retry; the other Services are served regardless.
+// Update makes the served Services exactly svcs and sets their local endpoint counts; the
+// first Update lets the waiting connections in. Two Services with one port (only hand-written
+// manifests can do that) answer as the first by name, and the other is logged.
 func (s *CheckServer) Update(svcs map[model.ServiceKey]Check) error {
-	s.update.Lock()
-	defer s.update.Unlock()
-	return s.apply(svcs)
-}
-
-// Retry tries again to open the ports that could not be opened, without waiting for the next
-// Update: a port held by another process is served as soon as that process lets it go.
-// It does nothing when every port is open.
-func (s *CheckServer) Retry() error {
-	s.update.Lock()
-	defer s.update.Unlock()
-	s.mu.Lock()
-	svcs, pending := make(map[model.ServiceKey]Check, len(s.services)), false
-	for k, svc := range s.services {
-		svcs[k] = Check{Port: svc.port, LocalEndpoints: svc.count}
-		pending = pending || svc.servers == nil
-	}
-	s.mu.Unlock()
-	if !pending {
-		return nil
-	}
-	return s.apply(svcs)
-}
-
-// apply is Update with s.update held.
-func (s *CheckServer) apply(svcs map[model.ServiceKey]Check) error {
-	s.mu.Lock()
-	var closing []*service
-	for k, svc := range s.services {
-		if in, ok := svcs[k]; !ok || in.Port != svc.port {
-			closing = append(closing, svc)
-			delete(s.services, k)
-		}
-	}
-	s.mu.Unlock()
-	// Closing first frees a port that moves from one Service to another within this update.
-	for _, svc := range closing {
-		svc.close()
-	}
-
 	keys := make([]model.ServiceKey, 0, len(svcs))
-	for k, in := range svcs {
-		if in.Port != 0 {
+	for k, c := range svcs {
+		if c.Port != 0 {
 			keys = append(keys, k)
 		}
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
-
+	byPort := make(map[uint16]served, len(keys))
 	var errs []error
-	serving, failed := 0, 0
 	for _, k := range keys {
-		in := svcs[k]
-		s.mu.Lock()
-		svc := s.services[k]
-		if svc == nil {
-			svc = &service{key: k, port: in.Port}
-			s.services[k] = svc
+		c := svcs[k]
+		if other, dup := byPort[c.Port]; dup {
+			errs = append(errs, fmt.Errorf("health check for Service %s: port %d is Service %s's too; only %s is answered (give each Service its own spec.healthCheckNodePort)",
+				k, c.Port, other.key, other.key))
+			continue
 		}
-		svc.count = in.LocalEndpoints
-		retry, failedBefore := svc.servers == nil, svc.failed != nil
-		s.mu.Unlock()
-		if retry {
-			if err := s.listen(svc); err != nil {
-				errs = append(errs, err)
-				if s.cfg.Observer != nil {
-					s.cfg.Observer.ListenFailed(in.Port, err)
-				}
-				// Logged once per outage: Retry tries every second while another process
-				// holds the port (the Observer counts every attempt).
-				if !failedBefore {
-					s.cfg.Log.Error(err, "cannot serve health-check node port, retrying every "+s.retryInterval().String()+"; meanwhile whoever holds it answers, or load balancers see this node as down for the Service",
-						"service", k.String(), "port", in.Port)
-				}
-				failed++
-				continue
-			}
-			if failedBefore {
-				s.cfg.Log.Info("serving health-check node port after it was freed", "service", k.String(), "port", in.Port)
-			}
-		}
-		serving++
+		byPort[c.Port] = served{key: k, count: c.LocalEndpoints}
 	}
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.Listeners(serving, failed)
-	}
-	return errors.Join(errs...)
-}
-
-// hosts are the addresses a port is opened on ("" is the wildcard).
-func (s *CheckServer) hosts() ([]string, error) {
-	addrs := s.cfg.Addresses
-	if len(addrs) == 0 && len(s.cfg.NodePortCIDRs) > 0 {
-		local := s.cfg.LocalAddrs
-		if local == nil {
-			local = interfaceAddrs
-		}
-		all, err := local()
-		if err != nil {
-			return nil, fmt.Errorf("list the node's addresses for --nodeport-addresses: %w", err)
-		}
-		for _, a := range all {
-			for _, p := range s.cfg.NodePortCIDRs {
-				if p.Contains(a) && !a.IsLinkLocalUnicast() {
-					addrs = append(addrs, a)
-					break
-				}
-			}
-		}
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("no address of this node is inside --nodeport-addresses %v", s.cfg.NodePortCIDRs)
-		}
-	}
-	if len(addrs) == 0 {
-		return []string{""}, nil
-	}
-	out := make([]string, 0, len(addrs))
-	for _, a := range addrs {
-		out = append(out, a.String())
-	}
-	return out, nil
-}
-
-// interfaceAddrs is every address of the node's interfaces.
-func interfaceAddrs() ([]netip.Addr, error) {
-	ifAddrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, ia := range ifAddrs {
-		if n, ok := ia.(*net.IPNet); ok {
-			if a, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, a.Unmap())
-			}
-		}
-	}
-	return out, nil
-}
-
-// listen opens svc's port on every configured address, all or none.
-func (s *CheckServer) listen(svc *service) error {
-	hosts, err := s.hosts()
-	if err != nil {
-		s.mu.Lock()
-		svc.failed = err
-		s.mu.Unlock()
-		return fmt.Errorf("health check for Service %s on port %d: %w", svc.key, svc.port, err)
-	}
-	var lns []net.Listener
-	for _, h := range hosts {
-		ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(int(svc.port))))
-		if err != nil {
-			for _, l := range lns {
-				l.Close()
-			}
-			s.mu.Lock()
-			svc.failed = err
-			s.mu.Unlock()
-			return fmt.Errorf("health check for Service %s: listen on port %d: %w (another process or Service holds it; free it or change spec.healthCheckNodePort)",
-				svc.key, svc.port, err)
-		}
-		lns = append(lns, ln)
-	}
-	h := &checkHandler{s: s, key: svc.key}
 	s.mu.Lock()
-	svc.failed = nil
-	for _, ln := range lns {
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
-		svc.servers = append(svc.servers, srv)
-		svc.addrs = append(svc.addrs, ln.Addr())
-		svc.done.Add(1)
-		go func() {
-			defer svc.done.Done()
-			_ = srv.Serve(ln) // returns http.ErrServerClosed on close
-		}()
+	s.byPort, s.count = byPort, len(keys)
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready)
+	}
+	close(s.gen)
+	s.gen = make(chan struct{})
+	s.mu.Unlock()
+	s.report()
+	err := errors.Join(errs...)
+	if err != nil {
+		s.cfg.Log.Error(err, "health-check node ports")
+	}
+	return err
+}
+
+// report tells the Observer how many Services are served.
+func (s *CheckServer) report() {
+	if s.cfg.Observer == nil {
+		return
+	}
+	s.open.Lock()
+	listening := s.ln != nil
+	s.open.Unlock()
+	s.mu.Lock()
+	n := s.count
+	s.mu.Unlock()
+	if listening {
+		s.cfg.Observer.Listeners(n, 0)
+	} else {
+		s.cfg.Observer.Listeners(0, n)
+	}
+}
+
+// Listen opens the listener if it is not open. The daemon calls it before the first sync, so
+// that the first redirected probe finds it; a taken port is reported (the error, the log, the
+// Observer) and Run tries again.
+func (s *CheckServer) Listen() error {
+	if err := s.listen(); err != nil {
+		return err
+	}
+	s.report()
+	return nil
+}
+
+// listen is Listen without the report.
+func (s *CheckServer) listen() error {
+	s.open.Lock()
+	defer s.open.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	select {
+	case <-s.closed:
+		return errors.New("health-check listener: closed")
+	default:
+	}
+	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(int(s.cfg.Port)))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		err = fmt.Errorf("health-check listener: listen on %s: %w (another process holds the port: free it or change --health-check-port; until then no health-check node port is answered unless kube-proxy holds it)", addr, err)
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.ListenFailed(s.cfg.Port, err)
+		}
+		return err
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
+	s.ln, s.srv, s.done = ln, srv, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_ = srv.Serve(&gatedListener{Listener: ln, s: s}) // returns http.ErrServerClosed on Close
+	}(s.done)
+	s.cfg.Log.V(1).Info("health-check listener open", "address", ln.Addr().String())
+	return nil
+}
+
+// Addr is the listener's address (nil while it is not open).
+func (s *CheckServer) Addr() net.Addr {
+	s.open.Lock()
+	defer s.open.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Close closes the listener; connections waiting in its backlog are refused. The CheckServer
+// cannot listen again.
+func (s *CheckServer) Close() error {
+	s.open.Lock()
+	defer s.open.Unlock()
+	s.mu.Lock()
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
 	}
 	s.mu.Unlock()
-	s.cfg.Log.V(2).Info("serving health-check node port", "service", svc.key.String(), "port", svc.port)
-	return nil
-}
-
-// close stops svc's listeners and waits for their goroutines.
-func (svc *service) close() {
-	for _, srv := range svc.servers {
-		_ = srv.Close()
+	if s.srv == nil {
+		return nil
 	}
-	svc.done.Wait()
-}
-
-// Addrs returns the addresses the Service's health check listens on (none if it is not served
-// or failed), for logs and tests.
-func (s *CheckServer) Addrs(key model.ServiceKey) []net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if svc := s.services[key]; svc != nil {
-		return append([]net.Addr(nil), svc.addrs...)
-	}
-	return nil
-}
-
-// Close closes every port. The CheckServer may be updated again afterwards.
-func (s *CheckServer) Close() error {
-	return s.Update(nil)
+	err := s.srv.Close()
+	<-s.done
+	s.ln, s.srv = nil, nil
+	return err
 }
 
 func (s *CheckServer) retryInterval() time.Duration {
@@ -325,25 +273,47 @@ func (s *CheckServer) retryInterval() time.Duration {
 	return s.cfg.RetryInterval
 }
 
-// Run retries the ports that could not be opened every RetryInterval (see Retry) and closes
-// every port when ctx ends, for use as one of the daemon's goroutines.
+// Run opens the listener, trying again every RetryInterval while its port is taken (logged
+// once per outage), until it is open or ctx ends. It does not close it: the daemon does, after
+// taking the redirect away (Close).
 func (s *CheckServer) Run(ctx context.Context) error {
+	err := s.Listen()
+	if err == nil {
+		return nil
+	}
+	s.cfg.Log.Error(err, "cannot open the health-check listener, retrying every "+s.retryInterval().String())
 	tick := time.NewTicker(s.retryInterval())
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return s.Close()
+			return err
 		case <-tick.C:
-			_ = s.Retry() // reported by the Observer and the log, as Update's
+			if err = s.Listen(); err == nil {
+				s.cfg.Log.Info("health-check listener open after its port was freed", "port", s.cfg.Port)
+				return nil
+			}
 		}
 	}
 }
 
-type checkHandler struct {
-	s   *CheckServer
-	key model.ServiceKey
+// gatedListener accepts nothing before the CheckServer's first Update: until then connections
+// wait in the kernel's backlog (the client sees a slow answer, never a wrong one).
+type gatedListener struct {
+	net.Listener
+	s *CheckServer
 }
+
+func (g *gatedListener) Accept() (net.Conn, error) {
+	select {
+	case <-g.s.ready:
+	case <-g.s.closed:
+		return nil, net.ErrClosed
+	}
+	return g.Listener.Accept()
+}
+
+type connKey struct{}
 
 // checkBody is the JSON kube-proxy answers with.
 type checkBody struct {
@@ -355,30 +325,63 @@ type checkBody struct {
 	ServiceProxyHealthy bool `json:"serviceProxyHealthy"`
 }
 
-func (h *checkHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	h.s.mu.Lock()
-	svc := h.s.services[h.key]
-	count := 0
-	if svc != nil {
-		count = svc.count
+// ServeHTTP answers for the Service whose health-check node port the connection was sent to.
+func (s *CheckServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	if c == nil {
+		http.Error(w, "health check: no connection", http.StatusInternalServerError)
+		return
 	}
-	h.s.mu.Unlock()
-	healthy := h.s.cfg.Healthy == nil || h.s.cfg.Healthy()
+	dst, err := s.cfg.OriginalDst(c)
+	if err != nil {
+		s.cfg.Log.V(1).Info("health check: no original destination", "client", c.RemoteAddr().String(), "error", err.Error())
+		http.Error(w, "health check: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	svc, ok := s.lookup(r.Context(), dst.Port())
+	if !ok {
+		http.Error(w, fmt.Sprintf("no Service has health-check node port %d on this node", dst.Port()), http.StatusServiceUnavailable)
+		return
+	}
+	healthy := s.cfg.Healthy == nil || s.cfg.Healthy()
 
 	var b checkBody
-	b.Service.Namespace, b.Service.Name = h.key.Namespace, h.key.Name
-	b.LocalEndpoints, b.ServiceProxyHealthy = count, healthy
+	b.Service.Namespace, b.Service.Name = svc.key.Namespace, svc.key.Name
+	b.LocalEndpoints, b.ServiceProxyHealthy = svc.count, healthy
 	out, _ := json.MarshalIndent(b, "", "\t") // cannot fail: plain strings, ints and bools
 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
-	if count > 0 && healthy {
+	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(svc.count))
+	if svc.count > 0 && healthy {
 		w.WriteHeader(http.StatusOK)
 	} else {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	_, _ = w.Write(out)
+}
+
+// lookup finds port's Service; a port not known yet is waited for until an Update knows it
+// (a new Service's rules commit before the sync's AfterCommit), for at most UnknownPortWait.
+func (s *CheckServer) lookup(ctx context.Context, port uint16) (served, bool) {
+	deadline := time.NewTimer(s.cfg.UnknownPortWait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		svc, ok := s.byPort[port]
+		gen := s.gen
+		s.mu.Unlock()
+		if ok {
+			return svc, true
+		}
+		select {
+		case <-gen:
+		case <-deadline.C:
+			return served{}, false
+		case <-ctx.Done():
+			return served{}, false
+		}
+	}
 }
 
 // ChecksFromSnapshot returns the health checks the model asks for on node nodeName: one per Service

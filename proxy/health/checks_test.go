@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -29,48 +31,12 @@ var (
 
 const loopback = "127.0.0.1"
 
-// freePorts returns n distinct TCP ports free on loopback right now.
-func freePorts(t *testing.T, n int) []uint16 {
-	t.Helper()
-	var out []uint16
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", loopback+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, uint16(ln.Addr().(*net.TCPAddr).Port))
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
-
 type reply struct {
 	code   int
 	body   checkBody
 	weight string
 	ctype  string
 	err    error
-}
-
-var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-func get(port uint16, path string) reply {
-	resp, err := client.Get(fmt.Sprintf("http://%s:%d%s", loopback, port, path))
-	if err != nil {
-		return reply{err: err}
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	r := reply{code: resp.StatusCode, weight: resp.Header.Get("X-Load-Balancing-Endpoint-Weight"),
-		ctype: resp.Header.Get("Content-Type"), err: err}
-	if err == nil {
-		r.err = json.Unmarshal(raw, &r.body)
-	}
-	return r
 }
 
 func want(code int, key model.ServiceKey, n int, healthy bool) reply {
@@ -80,7 +46,51 @@ func want(code int, key model.ServiceKey, n int, healthy bool) reply {
 	return r
 }
 
-func refused(r reply) bool { return errors.Is(r.err, syscall.ECONNREFUSED) }
+// redirects stands in for the kernel's NAT in the unit tests: the health-check node port each
+// client connection "was sent to", by the client's address as the listener sees it.
+type redirects struct{ m sync.Map }
+
+func (r *redirects) originalDst(c net.Conn) (netip.AddrPort, error) {
+	if v, ok := r.m.Load(c.RemoteAddr().String()); ok {
+		return v.(netip.AddrPort), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("no redirect recorded for %v: %w", c.RemoteAddr(), syscall.ENOENT)
+}
+
+// dial opens a connection to s as if a probe for hcPort had been redirected there.
+func (r *redirects) dial(t *testing.T, s *CheckServer, hcPort uint16) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", s.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial the listener: %v", err)
+	}
+	r.m.Store(c.LocalAddr().String(), netip.AddrPortFrom(netip.MustParseAddr(loopback), hcPort))
+	return c
+}
+
+// ask sends one request on c and reads the answer.
+func ask(c net.Conn, path string) reply {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n", path); err != nil {
+		return reply{err: err}
+	}
+	return readReply(c)
+}
+
+func readReply(c net.Conn) reply {
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	r := reply{code: resp.StatusCode, weight: resp.Header.Get("X-Load-Balancing-Endpoint-Weight"), ctype: resp.Header.Get("Content-Type"), err: err}
+	if err == nil && r.ctype == "application/json" {
+		r.err = json.Unmarshal(raw, &r.body)
+	}
+	return r
+}
 
 type recorder struct {
 	mu              sync.Mutex
@@ -100,39 +110,43 @@ func (r *recorder) Listeners(serving, failed int) {
 	r.serving, r.broken = serving, failed
 }
 
-func newServer(t *testing.T, healthy *atomic.Bool, obs CheckObserver) *CheckServer {
+// newServer is a listening CheckServer on a free loopback port whose original destinations come
+// from rd.
+func newServer(t *testing.T, healthy *atomic.Bool, rd *redirects, obs CheckObserver) *CheckServer {
 	t.Helper()
-	s := NewCheckServer(CheckConfig{Addresses: []netip.Addr{netip.MustParseAddr(loopback)}, Healthy: healthy.Load, Observer: obs, Log: logr.Discard()})
+	s := NewCheckServer(CheckConfig{Host: loopback, Healthy: healthy.Load, Observer: obs, OriginalDst: rd.originalDst,
+		UnknownPortWait: 20 * time.Millisecond, Log: logr.Discard()})
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
 func TestServe(t *testing.T) {
-	ports := freePorts(t, 3)
 	var healthy atomic.Bool
 	healthy.Store(true)
-	s := newServer(t, &healthy, nil)
+	rd := &redirects{}
+	obs := &recorder{}
+	s := newServer(t, &healthy, rd, obs)
 
 	steps := []struct {
 		name    string
 		update  map[model.ServiceKey]Check
 		healthy bool
-		probes  map[uint16]reply // nil reply field err means: want connection refused
+		probes  map[uint16]reply // code 0: want a 503 naming no Service
 	}{
-		{"local endpoints: 200 with the count", map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 2}, rtp: {Port: ports[1]}}, true,
-			map[uint16]reply{ports[0]: want(200, web, 2, true), ports[1]: want(503, rtp, 0, true)}},
-		{"count changes without reopening", map[model.ServiceKey]Check{web: {Port: ports[0]}, rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
-			map[uint16]reply{ports[0]: want(503, web, 0, true), ports[1]: want(200, rtp, 1, true)}},
-		{"proxy unhealthy: 503 even with endpoints", map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 3}, rtp: {Port: ports[1], LocalEndpoints: 1}}, false,
-			map[uint16]reply{ports[0]: want(503, web, 3, false), ports[1]: want(503, rtp, 1, false)}},
-		{"port moved: old one closed", map[model.ServiceKey]Check{web: {Port: ports[2], LocalEndpoints: 1}, rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
-			map[uint16]reply{ports[0]: {err: syscall.ECONNREFUSED}, ports[2]: want(200, web, 1, true), ports[1]: want(200, rtp, 1, true)}},
-		{"service gone: port closed", map[model.ServiceKey]Check{rtp: {Port: ports[1], LocalEndpoints: 1}}, true,
-			map[uint16]reply{ports[2]: {err: syscall.ECONNREFUSED}, ports[1]: want(200, rtp, 1, true)}},
-		{"port handed from one service to another in one update", map[model.ServiceKey]Check{web: {Port: ports[1], LocalEndpoints: 4}}, true,
-			map[uint16]reply{ports[1]: want(200, web, 4, true)}},
-		{"no port: nothing served", map[model.ServiceKey]Check{web: {}}, true,
-			map[uint16]reply{ports[1]: {err: syscall.ECONNREFUSED}}},
+		{"local endpoints: 200 with the count", map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 2}, rtp: {Port: 32001}}, true,
+			map[uint16]reply{32000: want(200, web, 2, true), 32001: want(503, rtp, 0, true)}},
+		{"count changes", map[model.ServiceKey]Check{web: {Port: 32000}, rtp: {Port: 32001, LocalEndpoints: 1}}, true,
+			map[uint16]reply{32000: want(503, web, 0, true), 32001: want(200, rtp, 1, true)}},
+		{"proxy unhealthy: 503 even with endpoints", map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 3}, rtp: {Port: 32001, LocalEndpoints: 1}}, false,
+			map[uint16]reply{32000: want(503, web, 3, false), 32001: want(503, rtp, 1, false)}},
+		{"port moved: the old one names no Service", map[model.ServiceKey]Check{web: {Port: 32002, LocalEndpoints: 1}, rtp: {Port: 32001, LocalEndpoints: 1}}, true,
+			map[uint16]reply{32000: {}, 32002: want(200, web, 1, true), 32001: want(200, rtp, 1, true)}},
+		{"port handed from one service to another in one update", map[model.ServiceKey]Check{web: {Port: 32001, LocalEndpoints: 4}}, true,
+			map[uint16]reply{32001: want(200, web, 4, true), 32002: {}}},
+		{"no port: nothing served", map[model.ServiceKey]Check{web: {}}, true, map[uint16]reply{32001: {}}},
 	}
 	for _, st := range steps {
 		healthy.Store(st.healthy)
@@ -141,80 +155,190 @@ func TestServe(t *testing.T) {
 		}
 		for port, w := range st.probes {
 			for _, path := range []string{"/", "/healthz"} { // any path answers
-				got := get(port, path)
-				if w.err != nil {
-					if !refused(got) {
-						t.Errorf("%s: GET :%d%s: got %+v, want connection refused", st.name, port, path, got)
+				got := ask(rd.dial(t, s, port), path)
+				if w.code == 0 {
+					if got.err != nil || got.code != http.StatusServiceUnavailable || got.ctype == "application/json" {
+						t.Errorf("%s: port %d %s: got %+v, want a plain 503 (no Service)", st.name, port, path, got)
 					}
 					continue
 				}
 				if got.err != nil || !reflect.DeepEqual(got, w) {
-					t.Errorf("%s: GET :%d%s:\ngot  %+v\nwant %+v", st.name, port, path, got, w)
+					t.Errorf("%s: port %d %s:\ngot  %+v\nwant %+v", st.name, port, path, got, w)
 				}
 			}
 		}
 	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.serving != 0 || obs.broken != 0 || len(obs.failed) != 0 {
+		t.Errorf("observer after the last update: serving %d failed %d listen failures %v, want 0 0 none", obs.serving, obs.broken, obs.failed)
+	}
 }
 
-// TestBindFailure proves a port that cannot be opened is reported (error, Observer) without
-// affecting the other Services, and retried by the next Update.
-func TestBindFailure(t *testing.T) {
-	ports := freePorts(t, 2)
-	busy, err := net.Listen("tcp", fmt.Sprintf("%s:%d", loopback, ports[0]))
+// TestHeadersAndBody pins the answer's exact form, kube-proxy's: JSON indented with tabs,
+// nosniff, the weight header.
+func TestHeadersAndBody(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	rd := &redirects{}
+	s := newServer(t, &healthy, rd, nil)
+	if err := s.Update(map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	c := rd.dial(t, s, 32000)
+	defer c.Close()
+	fmt.Fprintf(c, "GET /anything HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer busy.Close()
-	var healthy atomic.Bool
-	healthy.Store(true)
-	obs := &recorder{}
-	s := newServer(t, &healthy, obs)
-	svcs := map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}, rtp: {Port: ports[1], LocalEndpoints: 1}}
-
-	err = s.Update(svcs)
-	if err == nil || !strings.Contains(err.Error(), "ns/web") || !strings.Contains(err.Error(), fmt.Sprint(ports[0])) {
-		t.Errorf("Update with a busy port: got error %v, want one naming ns/web and port %d", err, ports[0])
-	}
-	if !reflect.DeepEqual(obs.failed, []uint16{ports[0]}) || obs.serving != 1 || obs.broken != 1 {
-		t.Errorf("observer: got failed %v serving %d broken %d, want [%d] 1 1", obs.failed, obs.serving, obs.broken, ports[0])
-	}
-	if got, w := get(ports[1], "/"), want(200, rtp, 1, true); !reflect.DeepEqual(got, w) {
-		t.Errorf("other service: got %+v, want %+v", got, w)
-	}
-	if got := s.Addrs(web); len(got) != 0 {
-		t.Errorf("failed service listens on %v, want nothing", got)
-	}
-
-	busy.Close()
-	if err := s.Update(svcs); err != nil {
-		t.Fatalf("Update after the port was freed: %v", err)
-	}
-	if got, w := get(ports[0], "/"), want(200, web, 1, true); !reflect.DeepEqual(got, w) {
-		t.Errorf("retried service: got %+v, want %+v", got, w)
-	}
-	if obs.serving != 2 || obs.broken != 0 {
-		t.Errorf("observer after retry: serving %d broken %d, want 2 0", obs.serving, obs.broken)
+	body, _ := io.ReadAll(resp.Body)
+	wantBody := "{\n\t\"service\": {\n\t\t\"namespace\": \"ns\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
+	if resp.StatusCode != 200 || string(body) != wantBody || resp.Header.Get("X-Content-Type-Options") != "nosniff" ||
+		resp.Header.Get("X-Load-Balancing-Endpoint-Weight") != "2" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("got %d %v\n%s\nwant 200, nosniff, weight 2, application/json and\n%s", resp.StatusCode, resp.Header, body, wantBody)
 	}
 }
 
-// TestClose proves Close releases every port (they can be bound again at once).
-func TestClose(t *testing.T) {
-	ports := freePorts(t, 2)
+// TestWaitsForFirstUpdate: before the model's first complete state a redirected connection is
+// not answered (it waits in the backlog); the first Update answers it with that state.
+func TestWaitsForFirstUpdate(t *testing.T) {
 	var healthy atomic.Bool
-	s := newServer(t, &healthy, nil)
-	if err := s.Update(map[model.ServiceKey]Check{web: {Port: ports[0]}, rtp: {Port: ports[1]}}); err != nil {
+	healthy.Store(true)
+	rd := &redirects{}
+	s := newServer(t, &healthy, rd, nil)
+	c := rd.dial(t, s, 32000)
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("before the first Update: read %d bytes, %v; want no answer yet", n, err)
+	}
+	if err := s.Update(map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, w := readReply(c), want(200, web, 1, true); !reflect.DeepEqual(got, w) {
+		t.Errorf("after the first Update: got %+v, want %+v", got, w)
+	}
+}
+
+// TestUnknownPortWaitsForUpdate: a connection for a port the last Update did not know (a new
+// Service whose rules just committed) is answered once an Update knows it.
+func TestUnknownPortWaitsForUpdate(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	rd := &redirects{}
+	s := NewCheckServer(CheckConfig{Host: loopback, Healthy: healthy.Load, OriginalDst: rd.originalDst, UnknownPortWait: time.Minute, Log: logr.Discard()})
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Update(map[model.ServiceKey]Check{rtp: {Port: 32001}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan reply, 1)
+	go func() { done <- ask(rd.dial(t, s, 32000), "/") }()
+	time.Sleep(50 * time.Millisecond) // usually the request waits by now; either order must answer
+	if err := s.Update(map[model.ServiceKey]Check{rtp: {Port: 32001}, web: {Port: 32000, LocalEndpoints: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := <-done, want(200, web, 1, true); !reflect.DeepEqual(got, w) {
+		t.Errorf("got %+v, want %+v", got, w)
+	}
+}
+
+// TestDuplicatePort: two Services claiming one port (hand-written manifests) answer as the
+// first by name; the error names both.
+func TestDuplicatePort(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	rd := &redirects{}
+	s := newServer(t, &healthy, rd, nil)
+	err := s.Update(map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 1}, rtp: {Port: 32000, LocalEndpoints: 2}})
+	if err == nil || !strings.Contains(err.Error(), "ns/web") || !strings.Contains(err.Error(), "ns/rtp") {
+		t.Errorf("Update: got %v, want an error naming ns/web and ns/rtp", err)
+	}
+	if got, w := ask(rd.dial(t, s, 32000), "/"), want(200, rtp, 2, true); !reflect.DeepEqual(got, w) {
+		t.Errorf("got %+v, want ns/rtp's answer %+v", got, w)
+	}
+}
+
+// TestListenRetry: a taken port is reported (error, Observer) and Run opens the listener once
+// it is free; Close refuses connections and releases the port.
+func TestListenRetry(t *testing.T) {
+	busy, err := net.Listen("tcp", loopback+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(busy.Addr().(*net.TCPAddr).Port)
+	obs := &recorder{}
+	rd := &redirects{}
+	s := NewCheckServer(CheckConfig{Host: loopback, Port: port, RetryInterval: 10 * time.Millisecond, Observer: obs, OriginalDst: rd.originalDst, Log: logr.Discard()})
+	defer s.Close()
+	if err := s.Listen(); err == nil || !strings.Contains(err.Error(), "--health-check-port") {
+		t.Fatalf("Listen on a taken port: got %v, want an error naming --health-check-port", err)
+	}
+	if err := s.Update(map[model.ServiceKey]Check{web: {Port: 32000, LocalEndpoints: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	obs.mu.Lock()
+	if len(obs.failed) != 1 || obs.failed[0] != port || obs.serving != 0 || obs.broken != 1 {
+		t.Errorf("observer while the port is taken: failed %v serving %d broken %d, want [%d] 0 1", obs.failed, obs.serving, obs.broken, port)
+	}
+	obs.mu.Unlock()
+	busy.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("Run after the port was freed: %v", err)
+	}
+	if got, w := ask(rd.dial(t, s, 32000), "/"), want(200, web, 1, true); !reflect.DeepEqual(got, w) {
+		t.Errorf("got %+v, want %+v", got, w)
+	}
+	obs.mu.Lock()
+	if obs.serving != 1 || obs.broken != 0 {
+		t.Errorf("observer once open: serving %d broken %d, want 1 0", obs.serving, obs.broken)
+	}
+	obs.mu.Unlock()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range ports {
-		ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", loopback, p))
-		if err != nil {
-			t.Errorf("port %d after Close: %v, want it free", p, err)
-			continue
+	ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", loopback, port))
+	if err != nil {
+		t.Fatalf("port %d after Close: %v, want it free", port, err)
+	}
+	ln.Close()
+}
+
+// TestOriginalDstUntranslated: a connection no NAT touched has its own destination as original
+// destination, or none when conntrack does not track it; either way never another port.
+func TestOriginalDstUntranslated(t *testing.T) {
+	ln, err := net.Listen("tcp", loopback+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			defer c.Close()
+			_, _ = c.Read(make([]byte, 1))
 		}
-		ln.Close()
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := OriginalDst(c)
+	if err != nil && !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("OriginalDst: %v, want the local address or ENOENT", err)
+	}
+	if err == nil && got.String() != ln.Addr().String() {
+		t.Errorf("OriginalDst: %v, want %v", got, ln.Addr())
+	}
+	if _, err := OriginalDst(&net.UnixConn{}); err == nil {
+		t.Errorf("OriginalDst of a unix socket: no error")
 	}
 }
 
@@ -258,110 +382,5 @@ func TestChecksFromSnapshot(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-// TestBindsOnlyNodePortAddresses: with --nodeport-addresses, a health-check node port is opened
-// on the node's addresses inside those CIDRs and nowhere else (kube-proxy's behaviour), not on
-// the wildcard address.
-func TestBindsOnlyNodePortAddresses(t *testing.T) {
-	ports := freePorts(t, 1)
-	local := func() ([]netip.Addr, error) {
-		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("192.0.2.1")}, nil
-	}
-	s := NewCheckServer(CheckConfig{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("198.51.100.0/24")},
-		LocalAddrs: local, Log: logr.Discard()})
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("[127.0.0.2:%d]", ports[0])
-	if got := fmt.Sprint(s.Addrs(web)); got != want {
-		t.Errorf("listens on %s, want %s", got, want)
-	}
-	if got := get(ports[0], "/"); !refused(got) {
-		t.Errorf("GET 127.0.0.1:%d (outside --nodeport-addresses): got %+v, want connection refused", ports[0], got)
-	}
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.2:%d/", ports[0]))
-	if err != nil {
-		t.Fatalf("GET 127.0.0.2:%d: %v", ports[0], err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("GET 127.0.0.2:%d: %d, want 200", ports[0], resp.StatusCode)
-	}
-
-	// No node address inside the CIDRs: the port is not opened, and the error says why.
-	none := NewCheckServer(CheckConfig{NodePortCIDRs: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, LocalAddrs: local, Log: logr.Discard()})
-	t.Cleanup(func() { _ = none.Close() })
-	if err := none.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil || !strings.Contains(err.Error(), "--nodeport-addresses") {
-		t.Errorf("no address in the CIDRs: Update error %v, want one naming --nodeport-addresses", err)
-	}
-}
-
-// TestRetryTakesOverFreedPort is a migration's handover: another process (kube-proxy) holds a
-// Service's health-check node port and answers it; nftproxy cannot open it, and without any
-// further Update (no sync needs to happen) Run opens it once the other process lets it go.
-// Until then the other process answers, never nftproxy's 503 nor a refusal.
-func TestRetryTakesOverFreedPort(t *testing.T) {
-	ports := freePorts(t, 1)
-	other, err := net.Listen("tcp", fmt.Sprintf("%s:%d", loopback, ports[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("X-Load-Balancing-Endpoint-Weight", "7")
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, `{"service":{"namespace":"ns","name":"web"},"localEndpoints":7,"serviceProxyHealthy":true}`)
-	}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = otherSrv.Serve(other) }()
-	defer otherSrv.Close()
-
-	var healthy atomic.Bool
-	healthy.Store(true)
-	obs := &recorder{}
-	s := NewCheckServer(CheckConfig{Addresses: []netip.Addr{netip.MustParseAddr(loopback)}, Healthy: healthy.Load,
-		RetryInterval: 10 * time.Millisecond, Observer: obs, Log: logr.Discard()})
-	if err := s.Update(map[model.ServiceKey]Check{web: {Port: ports[0], LocalEndpoints: 1}}); err == nil {
-		t.Fatal("Update while another process holds the port: got no error")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		if got := get(ports[0], "/"); !refused(got) {
-			t.Errorf("after Run ended: got %+v, want the port closed", got)
-		}
-	}()
-
-	for range 5 {
-		if got := get(ports[0], "/"); got.err != nil || got.code != 200 || got.weight != "7" {
-			t.Fatalf("while the other process holds the port: got %+v, want its answer (200, weight 7)", got)
-		}
-	}
-	otherSrv.Close()
-	var got reply
-	refusedProbes := 0
-	for i := 0; i < 500; i++ { // 500 probes 10 ms apart: far more than the 10 ms retry
-		if got = get(ports[0], "/"); got.err == nil {
-			break
-		}
-		if refused(got) {
-			refusedProbes++
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if w := want(200, web, 1, true); !reflect.DeepEqual(got, w) {
-		t.Fatalf("after the other process let the port go: got %+v, want %+v", got, w)
-	}
-	t.Logf("probes refused in the handover: %d (retry every 10ms)", refusedProbes)
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	if obs.serving != 1 || obs.broken != 0 {
-		t.Errorf("observer after the retry: serving %d broken %d, want 1 0", obs.serving, obs.broken)
 	}
 }
