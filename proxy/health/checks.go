@@ -245,8 +245,12 @@ func (s *CheckServer) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-// Close closes the listener; connections waiting in its backlog are refused. The CheckServer
-// cannot listen again.
+// closeTimeout bounds how long Close waits for requests in progress.
+const closeTimeout = 5 * time.Second
+
+// Close closes the listener, lets the requests in progress finish (for at most 5 s) and
+// returns; connections still waiting in its backlog are refused. The CheckServer cannot listen
+// again. The daemon first takes the redirect away, so that no new connection comes here.
 func (s *CheckServer) Close() error {
 	s.open.Lock()
 	defer s.open.Unlock()
@@ -260,7 +264,12 @@ func (s *CheckServer) Close() error {
 	if s.srv == nil {
 		return nil
 	}
-	err := s.srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, s.srv.Close())
+	}
 	<-s.done
 	s.ln, s.srv = nil, nil
 	return err

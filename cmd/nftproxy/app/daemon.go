@@ -183,15 +183,57 @@ func (d *daemon) startHealth() error {
 	if err := d.m.followHealth(d.hs, d.o.Manifests != ""); err != nil {
 		return err
 	}
-	// Health-check node ports follow the rules' state only (hs.Healthy), on the
-	// --nodeport-addresses only, as kube-proxy's.
-	hc := health.NewCheckServer(health.CheckConfig{NodeName: d.o.NodeName, Healthy: d.hs.Healthy, NodePortCIDRs: d.o.NodePortCIDRs, Observer: d.m.healthCheck, Log: d.log.WithName("healthcheck")})
-	d.onShutdown(func() { hc.Close() })
-	// Ports another process holds (kube-proxy, until it exits in a migration) are opened as
-	// soon as it lets them go, whether or not a sync happens.
-	go func() { _ = hc.Run(d.ctx) }()
+	if d.o.HealthCheckPort == 0 {
+		d.log.Info("health-check node ports not served (--health-check-port 0)")
+		return nil
+	}
+	// Health-check node ports follow the rules' state only (hs.Healthy). The listener opens
+	// before the first sync: a probe redirected by rules a previous run left waits in its
+	// backlog for the first sync's state instead of being refused.
+	hc := health.NewCheckServer(health.CheckConfig{NodeName: d.o.NodeName, Port: uint16(d.o.HealthCheckPort), Healthy: d.hs.Healthy,
+		Observer: d.m.healthCheck, Log: d.log.WithName("healthcheck")})
+	if err := hc.Listen(); err != nil {
+		go func() { _ = hc.Run(d.ctx) }() // logs, and retries until the port is free
+	}
+	d.onShutdown(func() {
+		// The redirect goes before the listener: from then on a probe reaches whoever holds
+		// the node port (kube-proxy started beside nftproxy in a rollback) or, as without
+		// nftproxy, nobody; connections already redirected are served meanwhile.
+		if d.withdrawHealthChecks() {
+			time.Sleep(healthCheckDrain)
+		}
+		_ = hc.Close()
+	})
 	d.proxier.AddHook("health-check node ports", hc)
 	return nil
+}
+
+// healthCheckDrain is how long the health-check listener keeps answering after the redirect to
+// it was withdrawn: a connection redirected just before completes its handshake within a
+// round trip.
+const healthCheckDrain = time.Second
+
+// withdrawHealthChecks empties the health-check node-port set of each table, so that nothing is
+// redirected to the listener that is about to close (the node's own probes are redirected
+// whoever holds the port: the socket check only serves traffic from outside). The set's rules
+// stay, like every other rule. It reports whether any set was emptied.
+func (d *daemon) withdrawHealthChecks() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	emptied := false
+	for _, b := range d.builders {
+		tx := nft.NewTransaction(b.Table())
+		tx.Flush(&nft.Set{Name: ruleset.SetHealthCheckPorts})
+		_, err := d.kernel.Apply(ctx, tx)
+		switch {
+		case err == nil:
+			emptied = true
+		case nft.IsNotFound(err): // never synced: nothing redirects here
+		default:
+			d.log.Error(err, "cannot withdraw the redirect of health-check node ports; the node's own probes of them are refused until nftproxy runs again or nftproxy cleanup removes its tables", "table", b.Table().String())
+		}
+	}
+	return emptied
 }
 
 // startSources starts what feeds the sync loop: nftables events (drift), the source, the node's

@@ -41,6 +41,9 @@ type Options struct {
 	DriftEvents    bool
 	HealthzAddress string
 	MetricsAddress string
+	// HealthCheckPort is --health-check-port: the listener the health-check node ports are
+	// redirected to (0: they are not served).
+	HealthCheckPort int
 	Profiling      bool
 	HealthzTimeout time.Duration
 	// MaxServiceCost bounds what one Service may cost the kernel (0: no bound).
@@ -220,6 +223,7 @@ func (o *Options) register(fs *flag.FlagSet, scope flagScope) {
 	// The servers' addresses change the ruleset too: their ports join --reserved-ports (guard),
 	// so render and explain --manifests take them to print what run programs.
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz and /livez (run serves them; empty disables them); its port is reserved like --reserved-ports, so render takes it too")
+	fs.IntVar(&o.HealthCheckPort, "health-check-port", DefaultHealthCheckPort, "TCP port of the one listener (on every address) that answers the health-check node ports of externalTrafficPolicy=Local Services: nftproxy never binds those ports, its rules redirect them here while no other process (kube-proxy, during a handover) holds them; reserved like --reserved-ports; 0: the health-check node ports are not served")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /rejections, the Services not programmed, which nftproxy explain reads (run serves them; empty disables them); its port is reserved like --reserved-ports, so render takes it too")
 	if scope == renderFlags {
 		fs.StringVar(&o.StateDir, "state-dir", "", "manifest mode: the state directory of the run whose ruleset to print: its node-port assignments are read (never written), so the node ports printed are those run applies; empty: assigned afresh, the same on every render")
@@ -283,6 +287,9 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	if masq == drop {
 		return nil, fmt.Errorf("--masquerade-bit and --drop-bit are both %d: choose two different bits", o.DropBit)
 	}
+	if err := o.checkHealthCheckPort(); err != nil {
+		return nil, err
+	}
 	if o.MaxServiceCost < 0 { // bounds what is built for each Service (run and render)
 		return nil, fmt.Errorf("--max-service-cost %d: must be 0 (no bound) or more", o.MaxServiceCost)
 	}
@@ -290,13 +297,35 @@ func (o *Options) builders() ([]*ruleset.Builder, error) {
 	for _, f := range fams {
 		b, err := ruleset.NewBuilder(ruleset.Config{Family: f, Table: o.Table, MasqueradeMark: masq, DropMark: drop,
 			MasqueradeAll: o.MasqueradeAll, ClusterCIDRs: o.ClusterCIDRs, ServiceCIDRs: o.ServiceCIDRs,
-			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName, AffinityMapSize: uint32(o.AffinityMapSize)})
+			NodePortCIDRs: o.NodePortCIDRs, NodeName: o.NodeName, AffinityMapSize: uint32(o.AffinityMapSize),
+			HealthCheckPort: uint16(o.HealthCheckPort)})
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// DefaultHealthCheckPort is --health-check-port's default: inside the default --reserved-ports
+// range 10248-10259 (no Service may capture it on a node address) and used by none of the
+// components that range is kept for (the kubelet's 10248, 10250 and 10255, kube-proxy's or
+// nftproxy's 10249 and 10256, the allocator's 10251 and 10252, the controller-manager's 10257,
+// the cloud controller-manager's 10258, the scheduler's 10259); 10254 is ingress-nginx's.
+const DefaultHealthCheckPort = 10253
+
+// checkHealthCheckPort refuses a --health-check-port out of range or shared with the healthz or
+// metrics address.
+func (o *Options) checkHealthCheckPort() error {
+	if o.HealthCheckPort < 0 || o.HealthCheckPort > math.MaxUint16 {
+		return fmt.Errorf("--health-check-port %d: use a TCP port from 1 to 65535, or 0 to leave the health-check node ports unserved", o.HealthCheckPort)
+	}
+	for _, a := range []struct{ flag, addr string }{{"--healthz-bind-address", o.HealthzAddress}, {"--metrics-bind-address", o.MetricsAddress}} {
+		if _, port, err := net.SplitHostPort(a.addr); err == nil && o.HealthCheckPort != 0 && port == strconv.Itoa(o.HealthCheckPort) {
+			return fmt.Errorf("--health-check-port %d is also the port of %s %s: give each its own port", o.HealthCheckPort, a.flag, a.addr)
+		}
+	}
+	return nil
 }
 
 // guard returns the node-address guard's settings: --reserved-ports plus the ports nftproxy itself
@@ -323,6 +352,9 @@ func (o *Options) guard() (model.GuardConfig, error) {
 		if n, err := strconv.ParseUint(port, 10, 16); err == nil && n > 0 {
 			reserved = append(reserved, model.PortSpan{First: uint16(n), Last: uint16(n)})
 		}
+	}
+	if o.HealthCheckPort > 0 && o.HealthCheckPort <= math.MaxUint16 {
+		reserved = append(reserved, model.PortSpan{First: uint16(o.HealthCheckPort), Last: uint16(o.HealthCheckPort)})
 	}
 	g.ReservedPorts = reserved
 	if o.BlockRange != "" {
