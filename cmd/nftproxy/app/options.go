@@ -44,8 +44,8 @@ type Options struct {
 	// HealthCheckPort is --health-check-port: the listener the health-check node ports are
 	// redirected to (0: they are not served).
 	HealthCheckPort int
-	Profiling      bool
-	HealthzTimeout time.Duration
+	Profiling       bool
+	HealthzTimeout  time.Duration
 	// MaxServiceCost bounds what one Service may cost the kernel (0: no bound).
 	MaxServiceCost int
 	Verbosity      int
