@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/nftproxy/nftproxy/test/fixture"
 	"github.com/nftproxy/nftproxy/test/lab"
-	"github.com/nftproxy/nftproxy/test/tier"
 )
 
 // TestMigrationOverlapWithKubeProxy follows deploy/MIGRATION.md's steps 2 to 5 on a real
@@ -17,8 +17,9 @@ import (
 // beside the running kube-proxy, kube-proxy stops (its rules stay, frozen), Services change,
 // then kube-proxy's rules are removed. It checks what the guide says the overlap serves:
 //   - the health-check node port of an externalTrafficPolicy=Local Service answers 200
-//     throughout: kube-proxy's listener first, nftproxy's once kube-proxy exits, with no sync
-//     needed (the probes refused in that handover are logged);
+//     throughout, every probe (the traffic's fail the test): kube-proxy's listener first,
+//     nftproxy's (its rules redirect the port nobody holds) from the first probe after
+//     kube-proxy exits, with no sync needed;
 //   - with kube-proxy's frozen rules still in the kernel, a Service scaled to zero is refused
 //     (kube-proxy's rules would send it to its removed endpoint) and a Service whose endpoint
 //     changed reaches only the new one;
@@ -77,21 +78,22 @@ func overlap(t *testing.T, mode string) {
 		}
 	}
 
-	// Step 4: kube-proxy stops; nftproxy takes its health-check node port over by itself.
+	// Step 4: kube-proxy stops; the next probe of its health-check node port is redirected to
+	// nftproxy's listener.
 	tr.setPhase("4. kube-proxy stopped, its rules frozen")
+	tr.exitResets()
 	if err := kp.Stop(); err != nil {
 		t.Logf("kube-proxy exit: %v", err)
 	}
-	refused := 0
-	tier.Until(t, e.ctx, waitBound, 20*time.Millisecond, "nftproxy answering the health-check node port kube-proxy freed", func() (bool, string) {
-		got := e.healthCheck(hcPort)
-		ok := strings.Contains(got, " 200 ")
-		if !ok {
-			refused++
+	notOK := 0
+	for range 25 { // after kube-proxy's exit: a probe of it cannot be in flight any more
+		if got := e.healthCheck(hcPort); !strings.Contains(got, " 200 ") {
+			notOK++
+			t.Errorf("%s mode: health-check node port once kube-proxy exited: got %q, want nftproxy's 200", mode, got)
 		}
-		return ok, got
-	})
-	t.Logf("%s mode: health-check probes (every 20ms) not answered 200 in the handover: %d", mode, refused)
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%s mode: health-check probes (every 20ms) not answered 200 right after kube-proxy exited: %d of 25", mode, notOK)
 
 	// Services change while kube-proxy's rules are frozen.
 	tr.setPhase("4. Services changed, kube-proxy's rules frozen")
@@ -138,11 +140,11 @@ func overlap(t *testing.T, mode string) {
 }
 
 // TestRollbackToKubeProxy follows deploy/MIGRATION.md's rollback on a real kube-proxy, both
-// modes: nftproxy serves, then stops (its rules stay), kube-proxy comes back, and nftproxy's
-// tables are removed. A Service keeps answering at every step; kube-proxy opens the
-// health-check node port at its start, since nothing holds it any more (the probes refused
-// between nftproxy's exit and kube-proxy's first answer are logged), and keeps it after the
-// cleanup.
+// modes: nftproxy serves, kube-proxy starts beside it (it binds the health-check node port,
+// which nftproxy never holds, and answers it at once), nftproxy stops (it withdraws its
+// redirect of the port first; its other rules stay), and nftproxy's tables are removed. A
+// Service keeps answering at every step, and every health-check probe is answered 200 (the
+// traffic's fail the test): nftproxy's, then kube-proxy's.
 func TestRollbackToKubeProxy(t *testing.T) {
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {
@@ -181,35 +183,36 @@ func rollback(t *testing.T, mode string) {
 
 	tr := startTraffic(t, e, steady, hcPort, "0. nftproxy alone")
 
-	// 1. nftproxy stops; its rules stay and serve.
-	tr.setPhase("1. nftproxy stopped, its rules frozen")
-	if err := e.daemon.Stop(); err != nil {
-		t.Errorf("nftproxy exit: %v", err)
-	}
-	e.daemon = nil
-	served("nftproxy stopped")
-
-	// 2. kube-proxy comes back and opens the health-check node port nobody holds.
+	// 1. kube-proxy starts beside nftproxy and opens the health-check node port nobody holds.
 	kc := e.c.KubeconfigFor(t, e.lab.Node, e.c.Admin())
-	tr.setPhase("2. kube-proxy starting")
+	tr.setPhase("1. kube-proxy starting beside nftproxy")
 	if _, err := e.lab.StartInNode(e.ctx, kubeProxyBinary(t, e.c), "--proxy-mode", mode, "--kubeconfig", kc,
 		"--hostname-override", fixture.NodeName, "--cluster-cidr", lab.PodCIDRv4+","+lab.PodCIDRv6,
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",
 		"--conntrack-max-per-core=0", "--v=2"); err != nil {
 		t.Fatal(err)
 	}
-	refused := 0
-	tier.Until(t, e.ctx, waitBound, 20*time.Millisecond, "kube-proxy answering the health-check node port", func() (bool, string) {
-		got := e.healthCheck(hcPort)
-		ok := strings.Contains(got, " 200 ")
-		if !ok {
-			refused++
-		}
-		return ok, got
+	e.waitUntil("kube-proxy listening on the health-check node port", func() (bool, string) {
+		out, err := e.lab.Node.Run("ss", "-Htlnp", fmt.Sprintf("sport = :%d", hcPort))
+		return err == nil && strings.Contains(out, "kube-proxy"), fmt.Sprint(out, err)
 	})
-	t.Logf("%s mode: health-check probes (every 20ms) not answered 200 from kube-proxy's start to its first answer: %d", mode, refused)
-	served("kube-proxy back")
 	e.waitKubeProxySynced(steady)
+	tr.setPhase("1. kube-proxy beside nftproxy")
+	served("kube-proxy beside nftproxy")
+
+	// 2. nftproxy stops: its redirect of the health-check node port goes first, then its
+	// listener; kube-proxy answers the port from then on. Its other rules stay and serve.
+	tr.setPhase("2. nftproxy stopped, its rules frozen")
+	if err := e.daemon.Stop(); err != nil {
+		t.Errorf("nftproxy exit: %v", err)
+	}
+	e.daemon = nil
+	served("nftproxy stopped")
+	for range 5 {
+		if got := e.healthCheck(hcPort); !strings.Contains(got, " 200 ") {
+			t.Errorf("%s mode: health-check node port once nftproxy stopped: got %q, want kube-proxy's 200", mode, got)
+		}
+	}
 
 	// 3. nftproxy's tables removed as deploy/migrate's DaemonSet does.
 	tr.setPhase("3. nftproxy's tables removed")
