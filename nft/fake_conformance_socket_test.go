@@ -12,7 +12,7 @@ func confSocketCases() []confCase {
 			add(base("nat-output", ChainTypeNAT, HookOutput, -101)),
 			add(base("filter-input", ChainTypeFilter, HookInput, 0)),
 			add(base("filter-forward", ChainTypeFilter, HookForward, 0)),
-			add(ch("health-checks")), add(ch("fwd")),
+			add(ch("health-checks")), add(ch("from-forward")),
 			add(&Set{Name: "nodeport-ips", Key: []Type{f.AddrType()}}),
 			add(&Set{Name: "health-check-ports", Key: []Type{TypeInetService}, Comment: "health-check node ports"}),
 			add(elem("nodeport-ips", v(node))), add(elem("health-check-ports", Port(32000))),
@@ -25,7 +25,7 @@ func confSocketCases() []confCase {
 			add(rule("nat-output", "", CmpSet{Fields: []Field{FieldDaddr}, Set: "nodeport-ips"}, Cmp{Field: FieldL4Proto, Value: Proto(tcp)},
 				CmpSet{Fields: []Field{FieldDport}, Set: "health-check-ports"}, Redirect{Port: 10253})),
 			add(rule("filter-input", "", SocketMatch{Key: SocketTransparent}, accept)),
-			add(rule("filter-forward", "", jump("fwd"))),
+			add(rule("filter-forward", "", jump("from-forward"))),
 		}
 	}
 	return []confCase{
@@ -35,7 +35,7 @@ func confSocketCases() []confCase {
 				want: confSocketWant("ip", "198.18.0.1") + confSocketWant("ip6", "fd00::1")},
 			// A socket lookup reached from forward, a redirect in a filter chain or in a nat
 			// chain at postrouting: refused when the table is validated.
-			{ops: []confBuild{add(rule("fwd", "", SocketMatch{Key: SocketWildcard, Value: true}, accept))},
+			{ops: []confBuild{add(rule("from-forward", "", SocketMatch{Key: SocketWildcard, Value: true}, accept))},
 				err: fail("operation not supported", 0), want: confSame},
 			{ops: []confBuild{add(rule("filter-input", "", Cmp{Field: FieldL4Proto, Value: Proto(tcp)}, Redirect{Port: 10253}))},
 				err: fail("operation not supported", 0), want: confSame},
@@ -68,7 +68,7 @@ func confSocketWant(fam, node string) string {
 
 	chain filter-forward {
 		type filter hook forward priority 0; policy accept;
-		jump fwd
+		jump from-forward
 	}
 
 	chain filter-input {
@@ -76,7 +76,7 @@ func confSocketWant(fam, node string) string {
 		socket transparent 0 accept
 	}
 
-	chain fwd {
+	chain from-forward {
 	}
 
 	chain health-checks {
