@@ -14,7 +14,8 @@ import (
 // capture or refuse on a node address. SSH (22), etcd's client, peer and metrics ports
 // (2379-2381), the API server (6443), and 10248-10259: the kubelet (10248 healthz, 10250 API,
 // 10255 read-only), kube-proxy or nftproxy (10249 metrics, 10256 healthz), the controller-manager
-// (10257) and the scheduler (10259), with the ports between them that older releases used.
+// (10257) and the scheduler (10259), with the ports between them that older releases used and
+// nftproxy's health-check listener (10253).
 const DefaultReservedPorts = "22,2379-2381,6443,10248-10259"
 
 // PortSpan is an inclusive interval of port numbers (First == Last for one port).
