@@ -1,6 +1,7 @@
 package app
 
 import (
+	"flag"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -52,7 +53,8 @@ func TestHealthCheckPortOption(t *testing.T) {
 		{-1, "", true},
 		{65536, "", true},
 	} {
-		o := defaultRunOptions(t)
+		o := &Options{}
+		o.register(flag.NewFlagSet("run", flag.ContinueOnError), runFlags)
 		o.HealthCheckPort, o.HealthzAddress = c.port, c.healthz
 		bs, err := o.builders()
 		if c.bad {
