@@ -193,6 +193,13 @@ func TestHealthCheckNodePortHandover(t *testing.T) {
 	e := newEnv(t, lab.Options{Pods: 2, Ports: []lab.PortSpec{lab.Port(8080)}})
 	lb := localLB("lb-handover", 43, 30143, local(1)...)
 	e.write(lb)
+	// Conntrack runs in the node from the start, as on any node where kube-proxy runs (its
+	// rules use it): a fresh namespace has none until nftproxy's rules ask for it, and a
+	// connection in flight at that moment would be picked up mid-stream as new and NATed, an
+	// artifact of the lab.
+	if err := e.lab.NftApply("table inet conntrack-on {\n\tchain c {\n\t\ttype filter hook output priority 0;\n\t\tct state invalid counter\n\t}\n}\n"); err != nil {
+		t.Fatal(err)
+	}
 	stopOther := otherListener(t, e)
 	probes := startHCProber(e, "1 other process alone")
 
