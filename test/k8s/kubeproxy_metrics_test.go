@@ -11,9 +11,9 @@ import (
 
 // TestKubeProxyMetricsServed runs the daemon as the DaemonSet does and reads its /metrics as a
 // Prometheus built for kube-proxy would: client-go's requests to the API server it watches
-// (rest_client_requests_total), kubernetes_build_info, the Service and endpoint changes it
-// received, and for each family it programs the sync histogram, the last-queued time and the
-// ports without local endpoints. Go's profiles are not served (no --profiling).
+// (rest_client_requests_total) and the transports its clients took, kubernetes_build_info, the
+// Service and endpoint changes it received, and for each family it programs the sync histogram,
+// the last-queued time and the ports without local endpoints. Go's profiles are not served (no --profiling).
 func TestKubeProxyMetricsServed(t *testing.T) {
 	e := newEnv(t, nil)
 	e.waitUntil("daemon serving /metrics", func() (bool, string) {
@@ -56,6 +56,8 @@ func TestKubeProxyMetricsServed(t *testing.T) {
 	}{
 		{"API requests counted", "rest_client_requests_total{", []string{`code="200"`, `method="GET"`}, 1},
 		{"API request latency", "rest_client_request_duration_seconds_count{", []string{`verb="GET"`}, 1},
+		{"API transports asked of client-go's cache", "rest_client_transport_create_calls_total{", nil, 1},
+		{"exec plugin certificate TTL (+Inf: none)", "rest_client_exec_plugin_ttl_seconds ", nil, 0},
 		{"build information", "kubernetes_build_info{", []string{`git_version="`, `go_version="go`}, 1},
 		{"Service changes", "kubeproxy_sync_proxy_rules_service_changes_total ", nil, 1},
 		{"endpoint changes", "kubeproxy_sync_proxy_rules_endpoint_changes_total ", nil, 1},

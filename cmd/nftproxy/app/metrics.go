@@ -28,7 +28,7 @@ func families(builders []*ruleset.Builder) []nft.Family {
 
 // registerComponentMetrics registers what every Kubernetes component exposes besides its own
 // metrics: the Go runtime and process collectors, kubernetes_build_info with nftproxy's version,
-// and client-go's rest_client_* request metrics (the API clients of the process report to reg).
+// and client-go's rest_client_* metrics (the API clients of the process report to reg).
 func registerComponentMetrics(reg prometheus.Registerer) error {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return err

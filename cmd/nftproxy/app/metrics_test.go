@@ -23,7 +23,8 @@ import (
 
 // TestRESTClientRequestsCounted builds the API client as the daemon does (restConfig, then
 // kubernetes.NewForConfig) against a fake API server, makes one request, and finds it in
-// rest_client_requests_total on the registry the daemon's metrics go to.
+// rest_client_requests_total on the registry the daemon's metrics go to, and the transport it
+// took in rest_client_transport_create_calls_total.
 func TestRESTClientRequestsCounted(t *testing.T) {
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -53,7 +54,13 @@ func TestRESTClientRequestsCounted(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, metrics.RESTRequestDuration); err != nil || n != 1 {
 		t.Errorf("%s: %d series (err %v), want 1", metrics.RESTRequestDuration, n, err)
 	}
-	if lint, err := testutil.GatherAndLint(reg, metrics.RESTRequests, metrics.RESTRequestDuration, metrics.BuildInfo); err != nil || len(lint) > 0 {
+	// Building the client asked client-go's transport cache for a transport.
+	if n, err := testutil.GatherAndCount(reg, metrics.RESTTransportCreateCalls); err != nil || n == 0 {
+		t.Errorf("%s: %d series (err %v), want some", metrics.RESTTransportCreateCalls, n, err)
+	}
+	if lint, err := testutil.GatherAndLint(reg, metrics.RESTRequests, metrics.RESTRequestDuration, metrics.BuildInfo,
+		metrics.RESTExecCertTTL, metrics.RESTExecCertRotationAge, metrics.RESTTransportCacheEntries,
+		metrics.RESTTransportCreateCalls, metrics.RESTTransportCertGCCalls); err != nil || len(lint) > 0 {
 		t.Errorf("lint: %v %v", lint, err)
 	}
 }
