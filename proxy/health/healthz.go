@@ -52,7 +52,12 @@ type State struct {
 	NodeDraining func() string
 	// Timeout is how long a change may wait, or failures last, before /healthz fails.
 	Timeout time.Duration
-	Now     func() time.Time
+	// StartWait, when set, is how long a /healthz request waits for the first sync before it
+	// answers 503 for want of one (0: at once). A readiness probe sent as the container starts
+	// then sees the first sync instead of failing on the way to Ready (each failed probe is a
+	// Warning event on the pod); the probe's timeout must be longer.
+	StartWait time.Duration
+	Now       func() time.Time
 	// Served, when set, is told each answer (path "/healthz" or "/livez", HTTP status), for the
 	// kube-proxy compatible request counters.
 	Served func(path string, code int)
@@ -123,8 +128,40 @@ func (s *State) draining() string {
 	return s.NodeDraining()
 }
 
+// starting reports whether nothing has been synced yet (the sources' initial state or the
+// first sync is missing).
+func (s *State) starting() bool {
+	return (s.Ready != nil && !s.Ready()) || s.LastSuccess().IsZero()
+}
+
+// startPoll is how often a request waiting for the first sync looks again.
+const startPoll = 20 * time.Millisecond
+
+// awaitStart waits, up to StartWait or the request's end, while nothing has been synced yet.
+func (s *State) awaitStart(r *http.Request) {
+	if s.StartWait <= 0 || !s.starting() {
+		return
+	}
+	limit := time.NewTimer(s.StartWait)
+	defer limit.Stop()
+	tick := time.NewTicker(startPoll)
+	defer tick.Stop()
+	for s.starting() {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-limit.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func (s *State) handler(p probe) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if p == probeHealthz {
+			s.awaitStart(r)
+		}
 		ok, reason := s.healthy(p)
 		rep := report{CurrentTime: s.Now().UTC().Format(time.RFC3339Nano), Healthy: ok, Reason: reason,
 			NodeEligible: s.draining() == ""}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -118,5 +119,51 @@ func TestHealthFollowsProgress(t *testing.T) {
 				t.Errorf("Healthy() (health-check node ports) = %v, want %v", got, c.want == 200)
 			}
 		})
+	}
+}
+
+// A /healthz request that arrives before the first sync waits for it (up to StartWait) and
+// answers 200 once it succeeds, so a readiness probe sent as the container starts does not
+// fail on the way to Ready; with no sync within StartWait, and from /livez, it answers at once.
+func TestHealthzWaitsForFirstSync(t *testing.T) {
+	var synced atomic.Int64 // unix nanoseconds of the first sync, 0 before
+	last := func() time.Time {
+		if n := synced.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	}
+	zero := func() time.Time { return time.Time{} }
+	s := &State{LastSuccess: last, FailingSince: zero, PendingSince: zero, Ready: func() bool { return true },
+		Timeout: time.Minute, Now: time.Now, StartWait: time.Minute}
+	mux := http.NewServeMux()
+	s.Register(mux)
+	get := func(path string) chan int {
+		code := make(chan int, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+			code <- rec.Code
+		}()
+		return code
+	}
+	if c := <-get("/livez"); c != 200 {
+		t.Fatalf("/livez before the first sync = %d, want 200 at once", c)
+	}
+	waiting := get("/healthz")
+	select {
+	case c := <-waiting:
+		t.Fatalf("/healthz before the first sync answered %d at once, want it to wait for the sync", c)
+	case <-time.After(100 * time.Millisecond):
+	}
+	synced.Store(time.Now().UnixNano())
+	if c := <-waiting; c != 200 {
+		t.Fatalf("/healthz that waited for the first sync = %d, want 200", c)
+	}
+
+	synced.Store(0)
+	s.StartWait = 10 * time.Millisecond
+	if c := <-get("/healthz"); c != 503 {
+		t.Fatalf("/healthz with no sync within StartWait = %d, want 503", c)
 	}
 }

@@ -171,6 +171,8 @@ func (d *daemon) startHealth() error {
 		Progress:     func() time.Time { return runner.Status().Progress },
 		Ready:        src.Ready,
 		Timeout:      d.o.HealthzTimeout,
+		// Below the shipped readiness probe's timeoutSeconds (deploy/daemonset.yaml).
+		StartWait: healthzStartWait,
 		// Reported (body, nftproxy_source_up, log), never a 503: the rules keep serving, and
 		// load balancers must not drop every node because the control plane is away.
 		SourceFailingSince: src.FailingSince,
@@ -212,6 +214,11 @@ func (d *daemon) startHealth() error {
 // it was withdrawn: a connection redirected just before completes its handshake within a
 // round trip.
 const healthCheckDrain = time.Second
+
+// healthzStartWait is how long /healthz waits for the first sync before answering 503: long
+// enough for a first sync on a busy node, shorter than the shipped readiness probe's
+// timeoutSeconds (5), so the kubelet's first probes wait for the sync instead of failing.
+const healthzStartWait = 4 * time.Second
 
 // withdrawHealthChecks empties the health-check node-port set of each table, so that nothing is
 // redirected to the listener that is about to close (the node's own probes are redirected
