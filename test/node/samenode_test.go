@@ -125,7 +125,7 @@ func (e *env) preferSameNode(ctx context.Context, t *testing.T) {
 		t.Fatalf("Service %s: the API server stored trafficDistribution %v, want PreferSameNode (feature gate PreferSameTrafficDistribution off?)", sameNodeSvc, td)
 	}
 	e.waitSameNodeSlice(ctx, t, nodes, true)
-	e.figures.set("PreferSameNode set -> node hints written by the controller", time.Since(patched))
+	e.figures.set("PreferSameNode set -> controller's node hints", time.Since(patched))
 	for _, s := range sources {
 		e.sameNodeAnswers(ctx, t, d, s, cip, backend[s.node])
 	}
