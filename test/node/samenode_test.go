@@ -67,7 +67,8 @@ func (e *env) preferSameNode(ctx context.Context, t *testing.T) {
 	nodes := []string{e.nodes[0].Name, e.nodes[1].Name}
 	for _, n := range nodes {
 		b := deployment(nearBackend(n), n, 1, "1", "8080")
-		b.Spec.Template.Labels["near"] = sameNodeLabel
+		// The template's own labels: deployment's selector shares its map.
+		b.Spec.Template.Labels = map[string]string{"app": nearBackend(n), "near": sameNodeLabel}
 		for _, d := range []*appsv1.Deployment{b, deployment(nearClient(n), n, 1, "1", "8080")} {
 			if _, err := e.cs.AppsV1().Deployments(appNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
