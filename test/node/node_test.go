@@ -31,8 +31,9 @@ func fullProfile() bool { return os.Getenv("NFTPROXY_NODE_FULL") != "" }
 // TestNode runs nftproxy as its users do: `kubectl apply -k` of deploy/ (through an overlay
 // naming this cluster's API server, ranges and image tag), a DaemonSet pod started by a real
 // kubelet on containerd, Services made from selectors and EndpointSlices made by the
-// controller, traffic from a pod, the node and a client outside it; then the day-2 operations
-// under traffic. One node is set up once for all of it (half a minute), so the phases are
+// controller, traffic from a pod, the node and a client outside it; with two nodes,
+// trafficDistribution PreferSameNode with the controller's node hints; then the day-2
+// operations under traffic. One node is set up once for all of it (half a minute), so the phases are
 // subtests of one test.
 func TestNode(t *testing.T) {
 	e := start(t)
@@ -45,6 +46,7 @@ func TestNode(t *testing.T) {
 	if !t.Run("Services", func(t *testing.T) { e.services(ctx, t) }) {
 		t.FailNow()
 	}
+	t.Run("PreferSameNode", func(t *testing.T) { e.preferSameNode(ctx, t) })
 	t.Run("Day2", func(t *testing.T) { e.day2(ctx, t) })
 }
 
