@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nftproxy/nftproxy/test/lab"
 	"github.com/nftproxy/nftproxy/test/netns"
@@ -264,23 +265,29 @@ func (e *env) currentDaemonPod(ctx context.Context, t *testing.T) string {
 	return ""
 }
 
-// setDrainTaint adds or removes the cluster autoscaler's deletion taint on the first node.
+// setDrainTaint adds or removes the cluster autoscaler's deletion taint on the first node. The
+// kubelet and the controllers write the Node too, so an update that lost a race is retried on
+// a fresh copy.
 func (e *env) setDrainTaint(ctx context.Context, t *testing.T, on bool) {
-	n, err := e.cs.CoreV1().Nodes().Get(ctx, e.node.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var taints []corev1.Taint
-	for _, tn := range n.Spec.Taints {
-		if tn.Key != drainTaint {
-			taints = append(taints, tn)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := e.cs.CoreV1().Nodes().Get(ctx, e.node.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if on {
-		taints = append(taints, corev1.Taint{Key: drainTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
-	}
-	n.Spec.Taints = taints
-	if _, err := e.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		var taints []corev1.Taint
+		for _, tn := range n.Spec.Taints {
+			if tn.Key != drainTaint {
+				taints = append(taints, tn)
+			}
+		}
+		if on {
+			taints = append(taints, corev1.Taint{Key: drainTaint, Value: fmt.Sprint(time.Now().Unix()), Effect: corev1.TaintEffectNoSchedule})
+		}
+		n.Spec.Taints = taints
+		_, err = e.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
