@@ -169,6 +169,10 @@ func TestClusterIPServiceCIDR(t *testing.T) {
 				if got != want {
 					t.Fatalf("service CIDRs %v: %s (%+v); want %s", g.ServiceCIDRs, got, tr.Service(keyOf("a")).Rejected, want)
 				}
+				// The message names the flag's CIDRs, so the operator sees what the address missed.
+				if r := tr.Service(keyOf("a")).Rejected; r != nil && !strings.Contains(r.Message, "(--service-cidr 10.96.0.0/16,fd00:96::/112)") {
+					t.Fatalf("message %q; want it to name --service-cidr 10.96.0.0/16,fd00:96::/112", r.Message)
+				}
 			})
 		}
 	}
