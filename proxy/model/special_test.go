@@ -177,3 +177,17 @@ func TestClusterIPServiceCIDR(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecialAddressMapped: an IPv4-mapped IPv6 address is the IPv4 address it maps (the kernel
+// delivers it so on a dual-stack socket), so it is special exactly when that address is. Manifest
+// mode checks the addresses it parses with SpecialAddress directly.
+func TestSpecialAddressMapped(t *testing.T) {
+	for _, s := range []string{"::ffff:169.254.169.254", "::ffff:127.0.0.1", "::ffff:0.0.0.0", "::ffff:255.255.255.255"} {
+		if why := SpecialAddress(netip.MustParseAddr(s)); why == "" {
+			t.Errorf("SpecialAddress(%s) = \"\"; want it refused as %s is", s, netip.MustParseAddr(s).Unmap())
+		}
+	}
+	if why := SpecialAddress(netip.MustParseAddr("::ffff:198.51.100.1")); why != "" {
+		t.Errorf("SpecialAddress(::ffff:198.51.100.1) = %q; want \"\"", why)
+	}
+}
