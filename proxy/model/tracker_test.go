@@ -300,3 +300,71 @@ func TestTrackerConcurrent(t *testing.T) {
 		t.Fatalf("services = %d; want %d", got, want)
 	}
 }
+
+// TestTrackerSliceLifecycle: deleting one of a Service's EndpointSlices leaves the others
+// served and updatable, and a slice deleted and created again as it was is served again.
+func TestTrackerSliceLifecycle(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	tr.UpsertService(svcFixture("a"))
+	ports := []discoveryv1.EndpointPort{slicePortFixture("http", 8080)}
+	slice := func(name, ip string) *discoveryv1.EndpointSlice {
+		return sliceFixture(name, "a", discoveryv1.AddressTypeIPv4, ports, epFixture{addr: ip})
+	}
+	served := func() string {
+		var out []string
+		for _, ep := range tr.Service(keyOf("a")).Ports[0].Endpoints {
+			out = append(out, ep.Addr.String())
+		}
+		return strings.Join(out, " ")
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"three slices", func() {
+			tr.UpsertEndpointSlice(slice("a-1", "10.244.0.1"))
+			tr.UpsertEndpointSlice(slice("a-2", "10.244.0.2"))
+			tr.UpsertEndpointSlice(slice("a-3", "10.244.0.3"))
+		}, "10.244.0.1 10.244.0.2 10.244.0.3"},
+		{"the first deleted", func() { tr.DeleteEndpointSlice("ns", "a-1") }, "10.244.0.2 10.244.0.3"},
+		{"another updated", func() { tr.UpsertEndpointSlice(slice("a-2", "10.244.0.12")) }, "10.244.0.3 10.244.0.12"},
+		{"one added", func() { tr.UpsertEndpointSlice(slice("a-4", "10.244.0.4")) }, "10.244.0.3 10.244.0.4 10.244.0.12"},
+		{"the deleted one created again", func() { tr.UpsertEndpointSlice(slice("a-1", "10.244.0.1")) },
+			"10.244.0.1 10.244.0.3 10.244.0.4 10.244.0.12"},
+		{"deleted and created again unchanged", func() {
+			tr.DeleteEndpointSlice("ns", "a-1")
+			tr.UpsertEndpointSlice(slice("a-1", "10.244.0.1"))
+		}, "10.244.0.1 10.244.0.3 10.244.0.4 10.244.0.12"},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := served(); got != s.want {
+			t.Fatalf("after %s: endpoints %s; want %s", s.name, got, s.want)
+		}
+	}
+}
+
+// TestTrackerNodeAgain: a Node deleted and given again as it was (a manifest's node file
+// removed and restored) is the node again, and a change of the node alone is pending from when
+// it was recorded (/healthz and the programming latency read it).
+func TestTrackerNodeAgain(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
+	tr.UpsertNode(node)
+	if since := tr.PendingSince(); since.IsZero() {
+		t.Fatalf("after the node was seen: PendingSince is zero; want the time of the change")
+	}
+	if ch := tr.TakeChanges(); !ch.Node || ch.Since.IsZero() {
+		t.Fatalf("changes = %+v; want the node, since the time it changed", ch)
+	}
+	tr.DeleteNode("n1")
+	if n := tr.Snapshot().Node; n != nil {
+		t.Fatalf("after DeleteNode: node %+v; want none", n)
+	}
+	tr.UpsertNode(node.DeepCopy())
+	if n := tr.Snapshot().Node; n == nil || fmt.Sprint(n.Addresses) != "[10.0.0.1]" {
+		t.Fatalf("after the node came back: node %+v; want n1 with 10.0.0.1", n)
+	}
+}
