@@ -368,3 +368,23 @@ func TestTrackerNodeAgain(t *testing.T) {
 		t.Fatalf("after the node came back: node %+v; want n1 with 10.0.0.1", n)
 	}
 }
+
+// TestTrackerForgetsClaims: the index of port claims holds only what the Services claim now: a
+// moved Service's old address and a deleted Service's claims leave it, or the index would
+// grow with every change for the life of the process.
+func TestTrackerForgetsClaims(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	tr.UpsertService(svcFixture("a", onIP("10.96.0.61", "192.0.2.61")))
+	tr.UpsertService(svcFixture("b", onIP("10.96.0.62", "192.0.2.62")))
+	tr.UpsertService(svcFixture("a", onIP("10.96.0.61", "192.0.2.63")))
+	for k := range tr.claims {
+		if k.addr == addr("192.0.2.61") {
+			t.Fatalf("claims at %v remain after the Service moved to 192.0.2.63", k)
+		}
+	}
+	tr.DeleteService(keyOf("a"))
+	tr.DeleteService(keyOf("b"))
+	if len(tr.claims) != 0 || len(tr.byAddr) != 0 {
+		t.Fatalf("after every Service was deleted: %d claim keys, %d addresses indexed; want none", len(tr.claims), len(tr.byAddr))
+	}
+}
