@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -371,7 +372,8 @@ func TestTrackerNodeAgain(t *testing.T) {
 
 // TestTrackerForgetsClaims: the index of port claims holds only what the Services claim now: a
 // moved Service's old address and a deleted Service's claims leave it, or the index would
-// grow with every change for the life of the process.
+// grow with every change for the life of the process. So for the index of addresses (which
+// Services a node-address change concerns).
 func TestTrackerForgetsClaims(t *testing.T) {
 	tr := newTestTracker(&recorder{})
 	tr.UpsertService(svcFixture("a", onIP("10.96.0.61", "192.0.2.61")))
@@ -382,9 +384,53 @@ func TestTrackerForgetsClaims(t *testing.T) {
 			t.Fatalf("claims at %v remain after the Service moved to 192.0.2.63", k)
 		}
 	}
+	// A Service its source refuses (manifest mode's validation) names no address either.
+	c := svcFixture("c", onIP("10.96.0.64", "192.0.2.64"))
+	tr.UpsertService(c)
+	tr.RejectService(c, reject(keyOf("c"), ReasonInvalidPort, "refused by the source"))
+	if _, ok := tr.byAddr[addr("192.0.2.64")]; ok {
+		t.Fatalf("a refused Service's address 192.0.2.64 is still indexed")
+	}
 	tr.DeleteService(keyOf("a"))
 	tr.DeleteService(keyOf("b"))
+	tr.DeleteService(keyOf("c"))
 	if len(tr.claims) != 0 || len(tr.byAddr) != 0 {
 		t.Fatalf("after every Service was deleted: %d claim keys, %d addresses indexed; want none", len(tr.claims), len(tr.byAddr))
+	}
+}
+
+// TestTrackerLogsWarnings: problems that do not reject a Service (endpoints skipped for a bad
+// address) reach the log once while they last, not on every change of the Service, and again
+// when the Service comes back after it was deleted or handled by another proxy.
+func TestTrackerLogsWarnings(t *testing.T) {
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	tr := NewTracker(TrackerConfig{NodeName: "n1", Logger: log})
+	ports := []discoveryv1.EndpointPort{slicePortFixture("http", 8080)}
+	bad := sliceFixture("a-1", "a", discoveryv1.AddressTypeIPv4, ports, epFixture{addr: "nope"}, epFixture{addr: "10.244.0.1"})
+	more := sliceFixture("a-2", "a", discoveryv1.AddressTypeIPv4, ports, epFixture{addr: "10.244.0.2"})
+	steps := []struct {
+		name string
+		do   func()
+		want int // lines logged so far
+	}{
+		{"a Service with a bad endpoint address", func() { tr.UpsertEndpointSlice(bad); tr.UpsertService(svcFixture("a")) }, 1},
+		{"another slice, same problem", func() { tr.UpsertEndpointSlice(more) }, 1},
+		{"the Service deleted and back", func() { tr.DeleteService(keyOf("a")); tr.UpsertService(svcFixture("a")) }, 2},
+		{"handed to another proxy and back", func() {
+			tr.UpsertService(svcFixture("a", func(s *corev1.Service) {
+				s.Labels = map[string]string{annotation.ServiceProxyNameLabel: "other"}
+			}))
+			tr.UpsertService(svcFixture("a"))
+		}, 3},
+	}
+	for _, s := range steps {
+		s.do()
+		if len(lines) != s.want {
+			t.Fatalf("after %s: logged %q; want %d line(s)", s.name, lines, s.want)
+		}
+	}
+	if !strings.Contains(lines[0], "EndpointSlice ns/a-1: skipped 1 endpoint(s)") || !strings.Contains(lines[0], `"service"="ns/a"`) {
+		t.Fatalf("logged %q; want the Service and the skipped endpoint", lines[0])
 	}
 }
