@@ -373,7 +373,7 @@ func TestTrackerNodeAgain(t *testing.T) {
 // TestTrackerForgetsClaims: the index of port claims holds only what the Services claim now: a
 // moved Service's old address and a deleted Service's claims leave it, or the index would
 // grow with every change for the life of the process. So for the index of addresses (which
-// Services a node-address change concerns).
+// Services a node-address change concerns) and for the tracked Services themselves.
 func TestTrackerForgetsClaims(t *testing.T) {
 	tr := newTestTracker(&recorder{})
 	tr.UpsertService(svcFixture("a", onIP("10.96.0.61", "192.0.2.61")))
@@ -394,8 +394,9 @@ func TestTrackerForgetsClaims(t *testing.T) {
 	tr.DeleteService(keyOf("a"))
 	tr.DeleteService(keyOf("b"))
 	tr.DeleteService(keyOf("c"))
-	if len(tr.claims) != 0 || len(tr.byAddr) != 0 {
-		t.Fatalf("after every Service was deleted: %d claim keys, %d addresses indexed; want none", len(tr.claims), len(tr.byAddr))
+	if len(tr.claims) != 0 || len(tr.byAddr) != 0 || len(tr.services) != 0 {
+		t.Fatalf("after every Service was deleted: %d claim keys, %d addresses indexed, %d Services tracked; want none",
+			len(tr.claims), len(tr.byAddr), len(tr.services))
 	}
 }
 
