@@ -360,6 +360,9 @@ func TestTrackerNodeAgain(t *testing.T) {
 	if ch := tr.TakeChanges(); !ch.Node || ch.Since.IsZero() {
 		t.Fatalf("changes = %+v; want the node, since the time it changed", ch)
 	}
+	if ch := tr.TakeChanges(); !ch.Empty() {
+		t.Fatalf("changes taken again = %+v; want none (the node change was taken)", ch)
+	}
 	tr.DeleteNode("n1")
 	if n := tr.Snapshot().Node; n != nil {
 		t.Fatalf("after DeleteNode: node %+v; want none", n)
