@@ -438,3 +438,20 @@ func TestTrackerLogsWarnings(t *testing.T) {
 		t.Fatalf("logged %q; want the Service and the skipped endpoint", lines[0])
 	}
 }
+
+// TestSnapshotSorted: Sorted lists every Service of the snapshot by namespace, then name (the
+// order a full sync programs and a rendered model prints them in).
+func TestSnapshotSorted(t *testing.T) {
+	svc := func(ns, name string) *Service { return &Service{Key: ServiceKey{Namespace: ns, Name: name}} }
+	s := Snapshot{Services: map[ServiceKey]*Service{}}
+	for _, x := range []*Service{svc("b", "a"), svc("a", "z"), svc("a", "b"), svc("c", "c"), svc("a", "a")} {
+		s.Services[x.Key] = x
+	}
+	var got []string
+	for _, x := range s.Sorted() {
+		got = append(got, x.Key.String())
+	}
+	if want := []string{"a/a", "a/b", "a/z", "b/a", "c/c"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Sorted = %v; want %v", got, want)
+	}
+}
