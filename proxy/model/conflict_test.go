@@ -87,3 +87,24 @@ func TestConflictNothingLeft(t *testing.T) {
 		t.Errorf("message %q; want it to say nothing is left", c.Rejected.Message)
 	}
 }
+
+// TestConflictPartialLoserStillHolds: a Service that lost one address to an older Service keeps
+// its other addresses, and a younger Service clashing there loses to it: what a partial loser
+// still serves is as much its own as a winner's.
+func TestConflictPartialLoserStillHolds(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	tr.UpsertService(svcFixture("a", created(1), onIP("10.96.0.51", "192.0.2.51")))
+	tr.UpsertService(svcFixture("b", created(2), onIP("10.96.0.52", "192.0.2.51"),
+		func(s *corev1.Service) { s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, "192.0.2.52") }))
+	tr.UpsertService(svcFixture("c", created(3), onIP("10.96.0.53", "192.0.2.52")))
+	b, c := tr.Service(keyOf("b")), tr.Service(keyOf("c"))
+	if b.Rejected != nil || !reflect.DeepEqual(b.Ports[0].ExternalIPs, []netip.Addr{addr("192.0.2.52")}) {
+		t.Fatalf("b = %+v; want it served on 192.0.2.52 only (192.0.2.51 is a's)", b)
+	}
+	if c.Rejected != nil || c.Withheld == nil || len(c.Ports[0].ExternalIPs) != 0 {
+		t.Fatalf("c = %+v; want its external IP withheld (b holds it), its cluster IP served", c)
+	}
+	if !strings.Contains(c.Withheld.Message, "service ns/b") {
+		t.Errorf("c's message %q; want it to name service ns/b", c.Withheld.Message)
+	}
+}

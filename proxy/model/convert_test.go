@@ -33,12 +33,21 @@ func TestFromServiceRejections(t *testing.T) {
 			reason: ReasonRangeStartMismatch, inMsg: "must start at the port"},
 		{name: "unknown name", svc: svcFixture("a", rangePorts, annotate(annotation.PortRangesKey, "rpt=16384-16400")),
 			reason: ReasonUnknownPortName, inMsg: `names port "rpt"`},
+		// The message lists the names the entry may use.
+		{name: "unknown name lists ports", svc: svcFixture("a", rangePorts, annotate(annotation.PortRangesKey, "rpt=16384-16400")),
+			reason: ReasonUnknownPortName, inMsg: `(ports: "rtp", "sip")`},
 		{name: "target remap", svc: svcFixture("a", withPorts(tcpPort("rtp", 16384, intstr.FromInt32(20000))),
 			annotate(annotation.PortRangesKey, "rtp=16384-16400")), reason: ReasonTargetPortRemap},
 		{name: "named target on range", svc: svcFixture("a", withPorts(tcpPort("rtp", 16384, intstr.FromString("rtp"))),
 			annotate(annotation.PortRangesKey, "rtp=16384-16400")), reason: ReasonTargetPortRemap},
 		{name: "overlap", svc: svcFixture("a", withPorts(tcpPort("rtp", 5000, intstr.IntOrString{}), tcpPort("sip", 5060, intstr.IntOrString{})),
 			annotate(annotation.PortRangesKey, "rtp=5000-5100")), reason: ReasonPortOverlap, inMsg: `port "rtp" (TCP 5000-5100) overlaps port "sip" (TCP 5060)`},
+		// A manifest has no API server to refuse a node port given twice.
+		{name: "node port overlap", svc: svcFixture("a", withPorts(
+			corev1.ServicePort{Name: "a", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30080},
+			corev1.ServicePort{Name: "b", Protocol: corev1.ProtocolTCP, Port: 81, NodePort: 30080}),
+			func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort }),
+			reason: ReasonPortOverlap, inMsg: `node port "a" (TCP 30080) overlaps node port "b" (TCP 30080)`},
 		{name: "all-ports bad bool", svc: svcFixture("a", annotate(annotation.AllPortsKey, "yes")), reason: ReasonAnnotationSyntax},
 		{name: "all-ports nodeport", svc: svcFixture("a", annotate(annotation.AllPortsKey, "true"),
 			func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort }), reason: ReasonAllPortsNodePort},
@@ -207,6 +216,13 @@ func TestFromServiceCommonFields(t *testing.T) {
 			}
 		})
 	}
+	// A Service written before dual-stack (or by hand) has spec.clusterIP only.
+	t.Run("clusterIP without clusterIPs", func(t *testing.T) {
+		s := svcFixture("b", func(s *corev1.Service) { s.Spec.ClusterIPs = nil })
+		if got, want := FromService(s, nil).Service.Ports[0].ClusterIPs, []netip.Addr{addr("10.96.0.10")}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("ClusterIPs = %v; want %v", got, want)
+		}
+	})
 	t.Run("explicit affinity timeout", func(t *testing.T) {
 		svc.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
 		if got := FromService(svc, nil).Service.Ports[0].AffinityTimeout; got != time.Minute {
@@ -278,6 +294,39 @@ func TestFromServiceEndpoints(t *testing.T) {
 			annotate(annotation.AllPortsKey, "true")),
 			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, []discoveryv1.EndpointPort{{}}, epFixture{addr: "10.244.0.1"})},
 			want:   []Endpoint{{Addr: addr("10.244.0.1"), Port: 0, Ready: true, Serving: true}}},
+		// Without cluster IPs (a file-mode Service), spec.ipFamilies picks the endpoints.
+		{name: "no cluster IP, ipFamilies IPv4", svc: svcFixture("a", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "", nil, []corev1.IPFamily{corev1.IPv4Protocol}
+		}), slices: []*discoveryv1.EndpointSlice{
+			sliceFixture("a-4", "a", v4, httpPort, epFixture{addr: "10.244.0.1"}),
+			sliceFixture("a-6", "a", v6, httpPort, epFixture{addr: "fd00:244::1"})},
+			want: []Endpoint{{Addr: addr("10.244.0.1"), Port: 8080, Ready: true, Serving: true}}},
+		{name: "no cluster IP, ipFamilies IPv6", svc: svcFixture("a", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies = "", nil, []corev1.IPFamily{corev1.IPv6Protocol}
+		}), slices: []*discoveryv1.EndpointSlice{
+			sliceFixture("a-4", "a", v4, httpPort, epFixture{addr: "10.244.0.1"}),
+			sliceFixture("a-6", "a", v6, httpPort, epFixture{addr: "fd00:244::1"})},
+			want: []Endpoint{{Addr: addr("fd00:244::1"), Port: 8080, Ready: true, Serving: true}}},
+		{name: "no cluster IP, no ipFamilies: both", svc: svcFixture("a", func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "", nil
+		}), slices: []*discoveryv1.EndpointSlice{
+			sliceFixture("a-4", "a", v4, httpPort, epFixture{addr: "10.244.0.1"}),
+			sliceFixture("a-6", "a", v6, httpPort, epFixture{addr: "fd00:244::1"})},
+			want: []Endpoint{{Addr: addr("10.244.0.1"), Port: 8080, Ready: true, Serving: true},
+				{Addr: addr("fd00:244::1"), Port: 8080, Ready: true, Serving: true}}},
+		// The API server accepts an IPv4-mapped IPv6 address in an IPv4 slice: it is that IPv4
+		// address.
+		{name: "IPv4-mapped address in an IPv4 slice", svc: svcFixture("a"), slices: []*discoveryv1.EndpointSlice{
+			sliceFixture("a-1", "a", v4, httpPort, epFixture{addr: "::ffff:10.244.0.1"})},
+			want: []Endpoint{{Addr: addr("10.244.0.1"), Port: 8080, Ready: true, Serving: true}}},
+		// Two slices serve the port, one listing it second: each endpoint gets its own slice's
+		// number for the port, not its slice's first port.
+		{name: "two slices, port listed second", svc: svcFixture("a"), slices: []*discoveryv1.EndpointSlice{
+			sliceFixture("a-1", "a", v4, []discoveryv1.EndpointPort{slicePortFixture("metrics", 9100), slicePortFixture("http", 8080)},
+				epFixture{addr: "10.244.0.1"}),
+			sliceFixture("a-2", "a", v4, []discoveryv1.EndpointPort{slicePortFixture("http", 8081)}, epFixture{addr: "10.244.0.2"})},
+			want: []Endpoint{{Addr: addr("10.244.0.1"), Port: 8080, Ready: true, Serving: true},
+				{Addr: addr("10.244.0.2"), Port: 8081, Ready: true, Serving: true}}},
 		// A slice without ports means nothing for a Service with ports of its own.
 		{name: "single port, slice without ports", svc: svcFixture("a"),
 			slices: []*discoveryv1.EndpointSlice{sliceFixture("a-1", "a", v4, nil, epFixture{addr: "10.244.0.1"})},

@@ -253,6 +253,13 @@ func TestParsePortSpans(t *testing.T) {
 	if s := FormatPortSpans(got); s != "22,6443,10248-10259" {
 		t.Fatalf("got %s", s)
 	}
+	// An entry of spaces is no entry, as an empty one is ("22, " in a flag or a config file).
+	for _, in := range []string{"22, ", "22, ,", " , 22"} {
+		got, err := ParsePortSpans(in)
+		if err != nil || FormatPortSpans(got) != "22" {
+			t.Errorf("ParsePortSpans(%q) = %v, %v; want 22", in, got, err)
+		}
+	}
 	for _, bad := range []string{"0", "x", "10-5", "70000", "1-2-3"} {
 		if _, err := ParsePortSpans(bad); err == nil {
 			t.Errorf("ParsePortSpans(%q): no error", bad)

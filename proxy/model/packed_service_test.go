@@ -73,3 +73,32 @@ func TestPackServiceRoundTrip(t *testing.T) {
 		t.Errorf("key %v, equal to a packing of the same Service: %v", p.Key(), p.Equal(mustPack(t, "a")))
 	}
 }
+
+// TestPackedServiceChangeCounts: a packed Service's events count as a decoded one's do (the
+// kubeproxy_sync_proxy_rules_service_changes_* metrics): an unchanged upsert counts as an event
+// but is not pending, a changed one is both.
+func TestPackedServiceChangeCounts(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	changed := svcFixture("a")
+	changed.Spec.Ports[0].Port = 81
+	p, err := PackService(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want ChangeCounts
+	}{
+		{"added", func() { tr.UpsertPackedService(mustPack(t, "a")) }, ChangeCounts{ServiceEvents: 1, PendingServices: 1}},
+		{"taken by a sync", func() { tr.TakeChanges() }, ChangeCounts{ServiceEvents: 1}},
+		{"updated unchanged", func() { tr.UpsertPackedService(mustPack(t, "a")) }, ChangeCounts{ServiceEvents: 2}},
+		{"changed", func() { tr.UpsertPackedService(p) }, ChangeCounts{ServiceEvents: 3, PendingServices: 1}},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := tr.ChangeCounts(); got != s.want {
+			t.Fatalf("after %s: counts %+v, want %+v", s.name, got, s.want)
+		}
+	}
+}

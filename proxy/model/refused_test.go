@@ -34,8 +34,13 @@ func TestTrackerRefusedService(t *testing.T) {
 	}
 
 	tr.RetryRefused()
-	if ch := tr.TakeChanges(); !reflect.DeepEqual(ch.Services, []ServiceKey{keyOf("a")}) {
-		t.Fatalf("changes after RetryRefused = %v; want a", ch.Services)
+	// Pending from the retry on (/healthz reads it), and measured from it.
+	if tr.PendingSince().IsZero() {
+		t.Fatalf("PendingSince after RetryRefused is zero; want the time of the retry")
+	}
+	if ch := tr.TakeChanges(); !reflect.DeepEqual(ch.Services, []ServiceKey{keyOf("a")}) || ch.Since.IsZero() ||
+		len(ch.Started[keyOf("a")]) != 1 {
+		t.Fatalf("changes after RetryRefused = %+v; want a, since the retry, its start measured", ch)
 	}
 	if s := tr.Service(keyOf("a")); s != tried {
 		t.Fatalf("RetryRefused published %+v; want the accepted model again", s)

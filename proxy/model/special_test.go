@@ -169,7 +169,25 @@ func TestClusterIPServiceCIDR(t *testing.T) {
 				if got != want {
 					t.Fatalf("service CIDRs %v: %s (%+v); want %s", g.ServiceCIDRs, got, tr.Service(keyOf("a")).Rejected, want)
 				}
+				// The message names the flag's CIDRs, so the operator sees what the address missed.
+				if r := tr.Service(keyOf("a")).Rejected; r != nil && !strings.Contains(r.Message, "(--service-cidr 10.96.0.0/16,fd00:96::/112)") {
+					t.Fatalf("message %q; want it to name --service-cidr 10.96.0.0/16,fd00:96::/112", r.Message)
+				}
 			})
 		}
+	}
+}
+
+// TestSpecialAddressMapped: an IPv4-mapped IPv6 address is the IPv4 address it maps (the kernel
+// delivers it so on a dual-stack socket), so it is special exactly when that address is. Manifest
+// mode checks the addresses it parses with SpecialAddress directly.
+func TestSpecialAddressMapped(t *testing.T) {
+	for _, s := range []string{"::ffff:169.254.169.254", "::ffff:127.0.0.1", "::ffff:0.0.0.0", "::ffff:255.255.255.255"} {
+		if why := SpecialAddress(netip.MustParseAddr(s)); why == "" {
+			t.Errorf("SpecialAddress(%s) = \"\"; want it refused as %s is", s, netip.MustParseAddr(s).Unmap())
+		}
+	}
+	if why := SpecialAddress(netip.MustParseAddr("::ffff:198.51.100.1")); why != "" {
+		t.Errorf("SpecialAddress(::ffff:198.51.100.1) = %q; want \"\"", why)
 	}
 }

@@ -78,3 +78,13 @@ func TestCategorizeEndpoints(t *testing.T) {
 		t.Errorf("without a node name no endpoint is local: got %s", epNums(got.Local))
 	}
 }
+
+// TestEndpointPlacementReplaced: At replaces an endpoint's placement, so placing an endpoint
+// nowhere clears the one it had.
+func TestEndpointPlacementReplaced(t *testing.T) {
+	placed := Endpoint{Addr: netip.MustParseAddr("198.18.128.1"), Port: 8080}.At("n1", "z1", "z1").ForNodes("n1")
+	nowhere := placed.At("", "")
+	if got := nowhere.Where(); got != (Topology{}) {
+		t.Errorf("At(\"\", \"\") of an endpoint on n1: placement %+v; want none", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -298,5 +299,159 @@ func TestTrackerConcurrent(t *testing.T) {
 	wg.Wait()
 	if got, want := len(tr.Snapshot().Services), 4*25; got != want {
 		t.Fatalf("services = %d; want %d", got, want)
+	}
+}
+
+// TestTrackerSliceLifecycle: deleting one of a Service's EndpointSlices leaves the others
+// served and updatable, and a slice deleted and created again as it was is served again.
+func TestTrackerSliceLifecycle(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	tr.UpsertService(svcFixture("a"))
+	ports := []discoveryv1.EndpointPort{slicePortFixture("http", 8080)}
+	slice := func(name, ip string) *discoveryv1.EndpointSlice {
+		return sliceFixture(name, "a", discoveryv1.AddressTypeIPv4, ports, epFixture{addr: ip})
+	}
+	served := func() string {
+		var out []string
+		for _, ep := range tr.Service(keyOf("a")).Ports[0].Endpoints {
+			out = append(out, ep.Addr.String())
+		}
+		return strings.Join(out, " ")
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"three slices", func() {
+			tr.UpsertEndpointSlice(slice("a-1", "10.244.0.1"))
+			tr.UpsertEndpointSlice(slice("a-2", "10.244.0.2"))
+			tr.UpsertEndpointSlice(slice("a-3", "10.244.0.3"))
+		}, "10.244.0.1 10.244.0.2 10.244.0.3"},
+		{"the first deleted", func() { tr.DeleteEndpointSlice("ns", "a-1") }, "10.244.0.2 10.244.0.3"},
+		{"another updated", func() { tr.UpsertEndpointSlice(slice("a-2", "10.244.0.12")) }, "10.244.0.3 10.244.0.12"},
+		{"one added", func() { tr.UpsertEndpointSlice(slice("a-4", "10.244.0.4")) }, "10.244.0.3 10.244.0.4 10.244.0.12"},
+		{"the deleted one created again", func() { tr.UpsertEndpointSlice(slice("a-1", "10.244.0.1")) },
+			"10.244.0.1 10.244.0.3 10.244.0.4 10.244.0.12"},
+		{"deleted and created again unchanged", func() {
+			tr.DeleteEndpointSlice("ns", "a-1")
+			tr.UpsertEndpointSlice(slice("a-1", "10.244.0.1"))
+		}, "10.244.0.1 10.244.0.3 10.244.0.4 10.244.0.12"},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := served(); got != s.want {
+			t.Fatalf("after %s: endpoints %s; want %s", s.name, got, s.want)
+		}
+	}
+}
+
+// TestTrackerNodeAgain: a Node deleted and given again as it was (a manifest's node file
+// removed and restored) is the node again, and a change of the node alone is pending from when
+// it was recorded (/healthz and the programming latency read it).
+func TestTrackerNodeAgain(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
+	tr.UpsertNode(node)
+	if since := tr.PendingSince(); since.IsZero() {
+		t.Fatalf("after the node was seen: PendingSince is zero; want the time of the change")
+	}
+	if ch := tr.TakeChanges(); !ch.Node || ch.Since.IsZero() {
+		t.Fatalf("changes = %+v; want the node, since the time it changed", ch)
+	}
+	if ch := tr.TakeChanges(); !ch.Empty() {
+		t.Fatalf("changes taken again = %+v; want none (the node change was taken)", ch)
+	}
+	tr.DeleteNode("n1")
+	if n := tr.Snapshot().Node; n != nil {
+		t.Fatalf("after DeleteNode: node %+v; want none", n)
+	}
+	tr.UpsertNode(node.DeepCopy())
+	if n := tr.Snapshot().Node; n == nil || fmt.Sprint(n.Addresses) != "[10.0.0.1]" {
+		t.Fatalf("after the node came back: node %+v; want n1 with 10.0.0.1", n)
+	}
+}
+
+// TestTrackerForgetsClaims: the index of port claims holds only what the Services claim now: a
+// moved Service's old address and a deleted Service's claims leave it, or the index would
+// grow with every change for the life of the process. So for the index of addresses (which
+// Services a node-address change concerns) and for the tracked Services themselves.
+func TestTrackerForgetsClaims(t *testing.T) {
+	tr := newTestTracker(&recorder{})
+	tr.UpsertService(svcFixture("a", onIP("10.96.0.61", "192.0.2.61")))
+	tr.UpsertService(svcFixture("b", onIP("10.96.0.62", "192.0.2.62")))
+	tr.UpsertService(svcFixture("a", onIP("10.96.0.61", "192.0.2.63")))
+	for k := range tr.claims {
+		if k.addr == addr("192.0.2.61") {
+			t.Fatalf("claims at %v remain after the Service moved to 192.0.2.63", k)
+		}
+	}
+	// A Service its source refuses (manifest mode's validation) names no address either.
+	c := svcFixture("c", onIP("10.96.0.64", "192.0.2.64"))
+	tr.UpsertService(c)
+	tr.RejectService(c, reject(keyOf("c"), ReasonInvalidPort, "refused by the source"))
+	if _, ok := tr.byAddr[addr("192.0.2.64")]; ok {
+		t.Fatalf("a refused Service's address 192.0.2.64 is still indexed")
+	}
+	tr.DeleteService(keyOf("a"))
+	tr.DeleteService(keyOf("b"))
+	tr.DeleteService(keyOf("c"))
+	if len(tr.claims) != 0 || len(tr.byAddr) != 0 || len(tr.services) != 0 {
+		t.Fatalf("after every Service was deleted: %d claim keys, %d addresses indexed, %d Services tracked; want none",
+			len(tr.claims), len(tr.byAddr), len(tr.services))
+	}
+}
+
+// TestTrackerLogsWarnings: problems that do not reject a Service (endpoints skipped for a bad
+// address) reach the log once while they last, not on every change of the Service, and again
+// when the Service comes back after it was deleted or handled by another proxy.
+func TestTrackerLogsWarnings(t *testing.T) {
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	tr := NewTracker(TrackerConfig{NodeName: "n1", Logger: log})
+	ports := []discoveryv1.EndpointPort{slicePortFixture("http", 8080)}
+	bad := sliceFixture("a-1", "a", discoveryv1.AddressTypeIPv4, ports, epFixture{addr: "nope"}, epFixture{addr: "10.244.0.1"})
+	more := sliceFixture("a-2", "a", discoveryv1.AddressTypeIPv4, ports, epFixture{addr: "10.244.0.2"})
+	steps := []struct {
+		name string
+		do   func()
+		want int // lines logged so far
+	}{
+		{"a Service with a bad endpoint address", func() { tr.UpsertEndpointSlice(bad); tr.UpsertService(svcFixture("a")) }, 1},
+		{"another slice, same problem", func() { tr.UpsertEndpointSlice(more) }, 1},
+		{"the Service deleted and back", func() { tr.DeleteService(keyOf("a")); tr.UpsertService(svcFixture("a")) }, 2},
+		{"handed to another proxy and back", func() {
+			tr.UpsertService(svcFixture("a", func(s *corev1.Service) {
+				s.Labels = map[string]string{annotation.ServiceProxyNameLabel: "other"}
+			}))
+			tr.UpsertService(svcFixture("a"))
+		}, 3},
+	}
+	for _, s := range steps {
+		s.do()
+		if len(lines) != s.want {
+			t.Fatalf("after %s: logged %q; want %d line(s)", s.name, lines, s.want)
+		}
+	}
+	if !strings.Contains(lines[0], "EndpointSlice ns/a-1: skipped 1 endpoint(s)") || !strings.Contains(lines[0], `"service"="ns/a"`) {
+		t.Fatalf("logged %q; want the Service and the skipped endpoint", lines[0])
+	}
+}
+
+// TestSnapshotSorted: Sorted lists every Service of the snapshot by namespace, then name (the
+// order a full sync programs and a rendered model prints them in).
+func TestSnapshotSorted(t *testing.T) {
+	svc := func(ns, name string) *Service { return &Service{Key: ServiceKey{Namespace: ns, Name: name}} }
+	s := Snapshot{Services: map[ServiceKey]*Service{}}
+	for _, x := range []*Service{svc("b", "a"), svc("a", "z"), svc("a", "b"), svc("c", "c"), svc("a", "a")} {
+		s.Services[x.Key] = x
+	}
+	var got []string
+	for _, x := range s.Sorted() {
+		got = append(got, x.Key.String())
+	}
+	if want := []string{"a/a", "a/b", "a/z", "b/a", "c/c"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Sorted = %v; want %v", got, want)
 	}
 }
