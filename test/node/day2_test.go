@@ -38,6 +38,7 @@ type traffic struct {
 	mu    sync.Mutex
 	phase string
 	fails map[string][]string // phase -> first failures, for the error message
+	wrong map[string]int      // phase -> answers from a pod that is not the Service's
 	stop  chan struct{}
 	wg    sync.WaitGroup
 }
@@ -57,12 +58,22 @@ func (tr *traffic) setPhase(p string) {
 // record counts r under phase; an answer from anyone but a pod whose name starts with
 // wantPrefix is a failure too.
 func (tr *traffic) record(phase, kind string, r lab.Result, wantPrefix string) {
-	failed := r.Outcome != lab.Replied || !strings.HasPrefix(r.Reply.Pod, wantPrefix)
+	wrong := r.Outcome == lab.Replied && !strings.HasPrefix(r.Reply.Pod, wantPrefix)
+	if wrong {
+		tr.mu.Lock()
+		tr.wrong[phase]++
+		tr.mu.Unlock()
+	}
+	tr.count(phase, kind, r.Outcome != lab.Replied || wrong, r.String())
+}
+
+// count counts one attempt of kind under phase, with what happened for the error message.
+func (tr *traffic) count(phase, kind string, failed bool, what string) {
 	tr.f.add(phase, kind, failed)
 	if failed {
 		tr.mu.Lock()
 		if len(tr.fails[phase]) < 5 {
-			tr.fails[phase] = append(tr.fails[phase], fmt.Sprintf("%s at %s: %s", kind, time.Now().Format("15:04:05.000"), r))
+			tr.fails[phase] = append(tr.fails[phase], fmt.Sprintf("%s at %s: %s", kind, time.Now().Format("15:04:05.000"), what))
 		}
 		tr.mu.Unlock()
 	}
@@ -70,24 +81,9 @@ func (tr *traffic) record(phase, kind string, r lab.Result, wantPrefix string) {
 
 // startTraffic starts the load; Stop ends it.
 func (e *env) startTraffic(ctx context.Context, cip string) *traffic {
-	tr := &traffic{f: e.figures, phase: "baseline", fails: map[string][]string{}, stop: make(chan struct{})}
+	tr := &traffic{f: e.figures, phase: "baseline", fails: map[string][]string{}, wrong: map[string]int{}, stop: make(chan struct{})}
 	d := lab.Dialer{Timeout: 2 * time.Second, UDPAttempts: 1}
-	every := func(period time.Duration, fn func()) {
-		tr.wg.Add(1)
-		go func() {
-			defer tr.wg.Done()
-			t := time.NewTicker(period)
-			defer t.Stop()
-			for {
-				select {
-				case <-tr.stop:
-					return
-				case <-t.C:
-					fn()
-				}
-			}
-		}()
-	}
+	every := tr.every
 	newConn := func(kind string, ns *netns.NS, proto, addr string) {
 		// Each probe from its own source port, taken in turn from above the kernel's ephemeral
 		// range: a new connection is a new conntrack flow. With the kernel's random choice a
@@ -134,6 +130,47 @@ func (e *env) startTraffic(ctx context.Context, cip string) *traffic {
 	return tr
 }
 
+// runPhase runs op as phase name: connections begun until 2 s after it are counted under
+// name, then 2.5 s under "between phases". Any failed connection of the phase fails t.
+func (tr *traffic) runPhase(t *testing.T, name string, op func()) {
+	t.Helper()
+	tr.setPhase(name)
+	began := time.Now()
+	op()
+	tr.f.set(name+": operation done", time.Since(began))
+	// Let connections begun during the operation finish under its name.
+	time.Sleep(2 * time.Second)
+	tr.setPhase("between phases")
+	time.Sleep(2500 * time.Millisecond)
+	failed, attempted := tr.f.failed(name)
+	if attempted == 0 {
+		t.Errorf("%s: no connection was attempted", name)
+	}
+	if failed > 0 {
+		tr.mu.Lock()
+		t.Errorf("%s: %d of %d connections failed; first: %s", name, failed, attempted, strings.Join(tr.fails[name], "; "))
+		tr.mu.Unlock()
+	}
+}
+
+// every runs fn every period until Stop.
+func (tr *traffic) every(period time.Duration, fn func()) {
+	tr.wg.Add(1)
+	go func() {
+		defer tr.wg.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-tr.stop:
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+}
+
 // Stop ends the load and waits for its goroutines.
 func (tr *traffic) Stop() {
 	close(tr.stop)
@@ -153,25 +190,7 @@ func (e *env) day2(ctx context.Context, t *testing.T) {
 			t.Errorf("between phases: %d of %d connections failed; first: %s", failed, attempted, strings.Join(tr.fails["between phases"], "; "))
 		}
 	}()
-	phase := func(name string, op func()) {
-		tr.setPhase(name)
-		began := time.Now()
-		op()
-		e.figures.set(name+": operation done", time.Since(began))
-		// Let connections begun during the operation finish under its name.
-		time.Sleep(2 * time.Second)
-		tr.setPhase("between phases")
-		time.Sleep(2500 * time.Millisecond)
-		failed, attempted := tr.f.failed(name)
-		if attempted == 0 {
-			t.Errorf("%s: no connection was attempted", name)
-		}
-		if failed > 0 {
-			tr.mu.Lock()
-			t.Errorf("%s: %d of %d connections failed; first: %s", name, failed, attempted, strings.Join(tr.fails[name], "; "))
-			tr.mu.Unlock()
-		}
-	}
+	phase := func(name string, op func()) { tr.runPhase(t, name, op) }
 	phase("baseline", func() { time.Sleep(3 * time.Second) })
 
 	if !fullProfile() {

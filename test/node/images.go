@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -72,10 +74,66 @@ func BuildBinaryImage(ctx context.Context, repo, dir, pkg, ref string, args []st
 	if err != nil {
 		return "", err
 	}
-	img, err := scratchImage(data, args)
+	img, err := filesImage([]imageFile{{"entrypoint", data}}, "/entrypoint", nil, args)
 	if err != nil {
 		return "", fmt.Errorf("image %s: %w", ref, err)
 	}
+	return writeArchive(dir, tag, img)
+}
+
+// KubeProxyImage names the kube-proxy image the migration test deploys (built from the cached
+// binary, never pulled).
+const KubeProxyImage = "localhost/nftproxy-node/kube-proxy"
+
+// BuildKubeProxyImage writes an OCI archive of a kube-proxy image FROM scratch, tagged
+// version: the static kube-proxy binary at /usr/local/bin/kube-proxy (its process name) and, for its nftables mode (which execs
+// `nft`), this machine's nft with the shared libraries ldd lists for it, at their paths.
+// kube-proxy since v1.31 cleans conntrack over netlink, so no conntrack binary.
+func BuildKubeProxyImage(ctx context.Context, dir, kubeProxy, version string) (string, error) {
+	tag, err := name.NewTag(KubeProxyImage+":"+version, name.StrictValidation)
+	if err != nil {
+		return "", err
+	}
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		return "", fmt.Errorf("kube-proxy image: nft (apt-get install nftables): %w", err)
+	}
+	out, err := exec.CommandContext(ctx, "ldd", nft).Output()
+	if err != nil {
+		return "", fmt.Errorf("ldd %s: %w", nft, err)
+	}
+	// Each library at the path the loader looks for it (ldd's "=> /path" or the loader's own
+	// absolute name), its content read through symlinks.
+	paths := map[string]string{"usr/local/bin/kube-proxy": kubeProxy, "usr/sbin/nft": nft}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		for i, w := range f {
+			if strings.HasPrefix(w, "/") && (i == 0 || f[i-1] == "=>") {
+				paths[strings.TrimPrefix(w, "/")] = w
+			}
+		}
+	}
+	var files []imageFile
+	for in, host := range paths {
+		b, err := os.ReadFile(host)
+		if err != nil {
+			return "", fmt.Errorf("kube-proxy image: %w", err)
+		}
+		files = append(files, imageFile{in, b})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	img, err := filesImage(files, "/usr/local/bin/kube-proxy", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, nil)
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", tag, err)
+	}
+	return writeArchive(dir, tag, img)
+}
+
+// writeArchive writes img for this machine's architecture as an OCI layout named tag, and
+// returns the path of its archive.
+func writeArchive(dir string, tag name.Tag, img v1.Image) (string, error) {
+	ref := tag.String()
+	safe := strings.NewReplacer("/", "_", ":", "_").Replace(ref)
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{
 		Add:        img,
 		Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}},
@@ -97,15 +155,40 @@ func BuildBinaryImage(ctx context.Context, repo, dir, pkg, ref string, args []st
 	return archive, nil
 }
 
-// scratchImage is one uncompressed layer holding the binary at /entrypoint.
-func scratchImage(bin []byte, args []string) (v1.Image, error) {
+// imageFile is one executable file of an image, by its path inside it.
+type imageFile struct {
+	name string
+	data []byte
+}
+
+// filesImage is one uncompressed layer holding files (mode 0755) and their folders, started
+// as entrypoint with args and env.
+func filesImage(files []imageFile, entrypoint string, env, args []string) (v1.Image, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "entrypoint", Mode: 0o755, Size: int64(len(bin)), ModTime: time.Unix(0, 0)}); err != nil {
-		return nil, err
+	dirs := map[string]bool{}
+	for _, f := range files {
+		for d := path.Dir(f.name); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
 	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, err
+	sorted := make([]string, 0, len(dirs))
+	for d := range dirs {
+		sorted = append(sorted, d)
+	}
+	sort.Strings(sorted) // parents first
+	for _, d := range sorted {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o755, Size: int64(len(f.data)), ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err
@@ -127,7 +210,7 @@ func scratchImage(bin []byte, args []string) (v1.Image, error) {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{Entrypoint: []string{"/entrypoint"}, Cmd: args, WorkingDir: "/"}
+	cf.Config = v1.Config{Entrypoint: []string{entrypoint}, Cmd: args, Env: env, WorkingDir: "/"}
 	return mutate.ConfigFile(img, cf)
 }
 

@@ -334,6 +334,13 @@ images:
 
 // deploy builds the overlay with kustomize (as `kubectl apply -k` does) and applies it.
 func (e *env) deploy(ctx context.Context, tag string) {
+	if err := cluster.Apply(ctx, e.c.Config(), e.overlayObjects(tag), "kubectl", false); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// overlayObjects is the kustomize build of the overlay for tag.
+func (e *env) overlayObjects(tag string) []*unstructured.Unstructured {
 	t := e.t
 	dir := e.writeOverlay(tag)
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
@@ -348,9 +355,7 @@ func (e *env) deploy(ctx context.Context, tag string) {
 		}
 		objs = append(objs, &unstructured.Unstructured{Object: obj})
 	}
-	if err := cluster.Apply(ctx, e.c.Config(), objs, "kubectl", false); err != nil {
-		t.Fatal(err)
-	}
+	return objs
 }
 
 // ensureNamespace creates a namespace if it is missing.
