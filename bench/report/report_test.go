@@ -83,6 +83,7 @@ func TestReport(t *testing.T) {
 	netns.Skip(t)
 	ctx := context.Background()
 	r := &Results{Started: time.Now(), Machine: Machine(strings.Join(kubeProxyReleases(t), ", "))}
+	r.Machine["campaign flags"] = setFlags()
 	dir := *out
 	cfg := syncs.Config{Sizes: []int{200}, Endpoints: 10, Runs: 1, Seed: 1}
 	pcfg := peers.Config{Sizes: []int{100}, Trials: 2, Connects: 200, Limit: time.Minute, Seed: 1}
@@ -273,4 +274,16 @@ func check(t *testing.T, r *Results) {
 			t.Errorf("%s at %d Services: %d of %d first-packet connections failed", p.Peer, p.Services, p.FirstPacket.Failed, p.FirstPacket.Failed+len(p.FirstPacket.Samples))
 		}
 	}
+}
+
+// setFlags is the campaign's flags given on the command line (the test binary's own -test.*
+// left out), so a report says how far it departs from `make bench`'s defaults.
+func setFlags() string {
+	var out []string
+	flag.Visit(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Name, "test.") && f.Name != "out" && f.Name != "peer-logs" {
+			out = append(out, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	return strings.Join(out, " ")
 }
